@@ -1,0 +1,114 @@
+# hpcops.slinky: one entry point for set-up, checks and the demo.
+# `make test` and `make demo` do every set-up step they need on a fresh machine.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+BUILD := $(CURDIR)/.build
+# The collection must sit at ansible_collections/<namespace>/<name> for ansible and
+# ansible-test. Playbooks and pytest use a symlink; ansible-test gets a real copy
+# because it resolves symlinks and then no longer finds the ansible_collections parent.
+COLLECTIONS := $(BUILD)/collections
+COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/hpcops/slinky
+SANITY_ROOT := $(or $(TMPDIR),/tmp)/hpcops-slinky-sanity/ansible_collections/hpcops/slinky
+VERSION := $(shell sed -n 's/^version: *//p' galaxy.yml)
+TARBALL := $(BUILD)/dist/hpcops-slinky-$(VERSION).tar.gz
+
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean
+
+help:
+	@echo "make demo   build and install the collection, show its plugins and run a playbook with them"
+	@echo "make test   the whole suite: lint, sanity, galaxy build check, unit and integration tests"
+	@echo "make setup  the virtualenv (.venv) and the collection link used by the other targets"
+	@echo "Parts of test: lint sanity build-check changelog-lint ee-check units integration"
+
+# The venv is rebuilt when a requirements file changes.
+$(BIN)/.installed: requirements.txt requirements-dev.txt
+	@test -x $(BIN)/python || { echo ">> creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo ">> installing pinned Python requirements into $(VENV)"
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip==25.3
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+# Debian packages of the host (the lab needs root; apt-get runs only when one is missing).
+deps:
+	@bash tests/lab/install-debian-packages.sh
+
+$(COLLECTION_LINK):
+	@mkdir -p $(dir $@)
+	ln -sfn $(CURDIR) $@
+
+setup: deps $(BIN)/.installed $(COLLECTION_LINK)
+
+lint: setup
+	@echo ">> ruff"
+	ruff check plugins tests benchmarks
+	ruff format --check plugins tests benchmarks
+	@echo ">> mypy (plugins)"
+	mypy plugins
+	@echo ">> yamllint"
+	yamllint --strict .
+	@echo ">> ansible-lint (production profile)"
+	ansible-lint --profile production
+
+# ansible-test sees exactly what git would ship: tracked files plus new, not ignored ones.
+sanity: setup
+	@echo ">> ansible-test sanity (Python 3.11) on a copy at $(SANITY_ROOT)"
+	$(BIN)/python -c 'from ansible_test._internal.python_requirements import get_venv_packages as v; print(v(type("P", (), {"version": "3.11"})())["pip"])' | \
+	  { read -r pip; dest=~/.ansible/test/cache/get_pip_$${pip//./_}.py; \
+	    test -e $$dest || install -D -m 0644 tests/sanity/get_pip_offline.py $$dest; }
+	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
+	git ls-files -z --cached --others --exclude-standard | \
+	  xargs -0 -I{} sh -c 'test -e "{}" && cp --parents -P "{}" "$(SANITY_ROOT)/" || true'
+	cd $(SANITY_ROOT) && ansible-test sanity --python 3.11 --requirements --color no
+
+# Build the tarball as Galaxy would, install it into an empty path and read the docs
+# back from there: a file missing from the build shows up here.
+build-check: setup
+	@echo ">> ansible-galaxy collection build and install of the tarball"
+	@rm -rf $(BUILD)/dist $(BUILD)/installed && mkdir -p $(BUILD)/dist
+	ansible-galaxy collection build --force --output-path $(BUILD)/dist .
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-galaxy collection install --no-deps --force -p $(BUILD)/installed $(TARBALL)
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-doc -l hpcops.slinky -t filter | tee $(BUILD)/plugins.txt
+	grep -q '^hpcops.slinky.hostlist_expand ' $(BUILD)/plugins.txt
+	grep -q '^hpcops.slinky.hostlist_compress ' $(BUILD)/plugins.txt
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-doc -t filter hpcops.slinky.hostlist_expand > /dev/null
+
+changelog-lint: setup
+	antsibull-changelog lint
+
+# ansible-builder writes the build context without building, which validates the file.
+ee-check: setup
+	@echo ">> execution-environment.yml: schema check through ansible-builder create"
+	ansible-builder create --file execution-environment.yml --context $(BUILD)/ee-context --output-filename Containerfile > /dev/null
+	test -s $(BUILD)/ee-context/Containerfile
+
+units: setup
+	pytest tests/unit
+
+integration: setup
+	pytest tests/integration
+
+# One pytest run at the end, so the suite closes with pytest's summary line.
+test: lint sanity build-check changelog-lint ee-check
+	pytest tests/unit tests/integration
+
+demo: setup build-check
+	@echo ">> plugins of hpcops.slinky, read from the installed tarball"
+	@cat $(BUILD)/plugins.txt
+	@echo ">> the host list filters on a Slurm node list"
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible localhost -m ansible.builtin.debug \
+	  -a "msg={{ 'node[01-04,07],gpu[1-2]' | hpcops.slinky.hostlist_expand }}"
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible localhost -m ansible.builtin.debug \
+	  -a "msg={{ ['cn001', 'cn002', 'cn003', 'cn010', 'gpu1'] | hpcops.slinky.hostlist_compress }}"
+
+clean:
+	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output
