@@ -1,0 +1,79 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Options of every module and plugin that talks to slurmrestd."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  url:
+    description:
+      - Base URL of slurmrestd, for example V(https://slurmrestd.slurm.svc:6820).
+      - If not set, the value of the E(SLURMRESTD_URL) environment variable is used.
+    type: str
+    required: true
+  token:
+    description:
+      - A JWT for slurmrestd, as printed by C(scontrol token) or kept in a Slinky C(Token) secret.
+      - If not set, the value of the E(SLURM_JWT) environment variable is used.
+      - Mutually exclusive with O(jwt_key_path).
+    type: str
+  jwt_key_path:
+    description:
+      - Path to the JWT key of slurmctld (C(AuthAltParameters=jwt_key=)). A short-lived HS256
+        token is minted from it for O(user) on every run, and never shown in results.
+      - If not set, the value of the E(SLURM_JWT_KEY_PATH) environment variable is used.
+      - Mutually exclusive with O(token).
+    type: path
+  user:
+    description:
+      - The Slurm user the requests are made as (C(X-SLURM-USER-NAME)) and, with
+        O(jwt_key_path), the user the token is minted for.
+    type: str
+    default: root
+    aliases: [username]
+  token_lifespan:
+    description: Lifetime in seconds of a token minted from O(jwt_key_path).
+    type: int
+    default: 300
+  api_version:
+    description:
+      - The slurmrestd API version to use. By default the newest version that both the
+        server (from C(GET /openapi/v3)) and this collection speak.
+      - Pinning a version the server does not offer is an error that lists what it offers.
+    type: str
+    choices: [v0.0.41, v0.0.42, v0.0.43, v0.0.44, v0.0.45]
+  validate_certs:
+    description: Verify the TLS certificate of slurmrestd.
+    type: bool
+    default: true
+    aliases: [verify_ssl]
+  ca_path:
+    description: A CA bundle to verify the certificate of slurmrestd with.
+    type: path
+  timeout:
+    description: Seconds to wait for each answer of slurmrestd.
+    type: float
+    default: 30
+  retries:
+    description:
+      - How many times a request is sent again after a connection error, HTTP 429 or 5xx,
+        with exponential backoff (1, 2, 4 seconds...) or the server's C(Retry-After).
+    type: int
+    default: 3
+notes:
+  - Tokens, minted or given, are never returned or logged.
+"""
+
+    ACTIONGROUP = r"""
+attributes:
+  action_group:
+    description: Use C(group/hpcops.slinky.slurmrestd) in C(module_defaults) to set the
+      connection options once for every slurmrestd module.
+    support: full
+    membership:
+      - hpcops.slinky.slurmrestd
+"""

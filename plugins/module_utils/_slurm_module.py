@@ -1,0 +1,74 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Connection options shared by the slurmrestd modules and the glue to the client.
+
+PRIVATE to the collection. The options match the doc fragment
+hpcops.slinky.slurmrestd; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
+    SUPPORTED_API_VERSIONS,
+    Connection,
+    SlurmRestClient,
+    SlurmRestError,
+)
+
+
+def slurmrestd_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """A fresh copy of the connection options, to merge into a module's argument_spec."""
+    return {
+        "url": {"type": "str", "required": True, "fallback": (env_fallback, ["SLURMRESTD_URL"])},
+        "token": {"type": "str", "no_log": True, "fallback": (env_fallback, ["SLURM_JWT"])},
+        "jwt_key_path": {"type": "path", "fallback": (env_fallback, ["SLURM_JWT_KEY_PATH"])},
+        "user": {"type": "str", "default": "root", "aliases": ["username"]},
+        "token_lifespan": {"type": "int", "default": 300},
+        "api_version": {"type": "str", "choices": list(SUPPORTED_API_VERSIONS)},
+        "validate_certs": {"type": "bool", "default": True, "aliases": ["verify_ssl"]},
+        "ca_path": {"type": "path"},
+        "timeout": {"type": "float", "default": 30.0},
+        "retries": {"type": "int", "default": 3},
+    }
+
+
+SLURMRESTD_MUTUALLY_EXCLUSIVE = [("token", "jwt_key_path")]
+
+
+def connection_from_params(params: dict[str, t.Any]) -> Connection:
+    return Connection(
+        url=params["url"],
+        token=params.get("token"),
+        jwt_key_path=params.get("jwt_key_path"),
+        user=params.get("user") or "root",
+        token_lifespan=params.get("token_lifespan") or 300,
+        api_version=params.get("api_version"),
+        validate_certs=params.get("validate_certs", True),
+        ca_path=params.get("ca_path"),
+        timeout=params.get("timeout") or 30.0,
+        retries=params.get("retries", 3),
+    )
+
+
+def slurm_client(module: AnsibleModule) -> SlurmRestClient:
+    """The client for a module's options; bad options end the module with a clear error."""
+    try:
+        connection = connection_from_params(module.params)
+    except SlurmRestError as err:
+        module.fail_json(msg=str(err))
+    return SlurmRestClient(connection, on_new_token=module.no_log_values.add)
+
+
+def fail_with(module: AnsibleModule, err: SlurmRestError, **result: t.Any) -> t.NoReturn:
+    """End the module with the client's message, its HTTP status and Slurm's errors."""
+    details: dict[str, t.Any] = {}
+    if err.status is not None:
+        details["status"] = err.status
+    if err.errors:
+        details["slurm_errors"] = err.errors
+    module.fail_json(msg=str(err), **details, **result)

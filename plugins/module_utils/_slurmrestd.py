@@ -1,0 +1,682 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The collection's one slurmrestd client.
+
+PRIVATE to the collection: names here can change without notice. Modules and plugins use
+`SlurmRestClient` for I/O; everything that turns slurmrestd's JSON into one shape for all
+API versions (v0.0.41 to v0.0.45) is a pure function below it, so it can be tested on
+recorded responses.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import socket
+import time
+import typing as t
+from dataclasses import dataclass
+from urllib.error import HTTPError, URLError
+from urllib.parse import quote, urlencode
+
+from ansible.module_utils.urls import open_url
+
+# API versions this collection understands, oldest first. slurmrestd 24.11 offers
+# v0.0.40 to v0.0.42, 26.05 offers v0.0.42 to v0.0.45.
+SUPPORTED_API_VERSIONS: tuple[str, ...] = ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+
+# Slurm replies 429 when it sheds load and 502/503/504 when slurmctld is out of reach
+# for a moment; both are worth a bounded retry. Other statuses are answers.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+JSON = dict[str, t.Any]
+
+
+# --------------------------------------------------------------------------------------
+# Errors: each says what failed and what to do about it.
+
+
+class SlurmRestError(Exception):
+    """A slurmrestd request failed; `str(err)` is a message fit for fail_json."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        url: str | None = None,
+        errors: list[JSON] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.url = url
+        self.errors = errors or []
+
+
+class SlurmConnectionError(SlurmRestError):
+    """slurmrestd could not be reached (after the retries)."""
+
+
+class SlurmAuthError(SlurmRestError):
+    """401/403: the token is missing, invalid or expired, or the user may not do this."""
+
+
+class SlurmNotFoundError(SlurmRestError):
+    """404: the node, job or other object does not exist."""
+
+
+class SlurmApiVersionError(SlurmRestError):
+    """No API version that both this collection and the server speak, or a bad pin."""
+
+
+class SlurmRequestError(SlurmRestError):
+    """slurmrestd or slurmctld refused the request (4xx, 5xx, or `errors` in the body)."""
+
+
+# --------------------------------------------------------------------------------------
+# Authentication
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def mint_token(key: bytes, user: str, lifespan: int, now: int | None = None) -> str:
+    """Return an HS256 JWT that slurmctld accepts for `user` (claims sun, iat, exp).
+
+    Slurm signs with the raw bytes of its jwt key file as the HMAC secret.
+    """
+    if not key:
+        raise SlurmAuthError("the JWT key is empty; point jwt_key_path at slurmctld's jwt_hs256.key")
+    if lifespan <= 0:
+        raise SlurmAuthError(f"token_lifespan must be a positive number of seconds, not {lifespan}")
+    issued = int(time.time()) if now is None else now
+    header = {"alg": "HS256", "typ": "JWT"}
+    claims = {"sun": user, "iat": issued, "exp": issued + lifespan}
+    signing_input = ".".join(
+        _b64url(json.dumps(part, separators=(",", ":"), sort_keys=True).encode())
+        for part in (header, claims)
+    )
+    signature = hmac.new(key, signing_input.encode("ascii"), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64url(signature)}"
+
+
+def read_jwt_key(path: str) -> bytes:
+    """Read slurmctld's JWT key file; errors name the path and the fix."""
+    try:
+        with open(path, "rb") as key_file:
+            return key_file.read()
+    except FileNotFoundError:
+        raise SlurmAuthError(
+            f"jwt_key_path {path!r} does not exist; give the path of the key named by "
+            "AuthAltParameters=jwt_key= in slurm.conf, or pass a token instead"
+        ) from None
+    except PermissionError:
+        raise SlurmAuthError(
+            f"jwt_key_path {path!r} is not readable by this user; run the task with become, "
+            "or pass a token minted for you instead"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------
+# API versions
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.lstrip("v").split("."))
+
+
+def offered_versions(openapi: JSON) -> list[str]:
+    """The data parser versions a server offers, from its GET /openapi/v3 document.
+
+    Slurm 25.05+ lists them in info["x-slurm"]["data_parsers"]; older servers only show
+    them in the path keys (/slurm/v0.0.42/...).
+    """
+    found: set[str] = set()
+    parsers = openapi.get("info", {}).get("x-slurm", {}).get("data_parsers") or []
+    for parser in parsers:
+        name = parser.get("plugin", "") if isinstance(parser, dict) else str(parser)
+        match = re.search(r"v\d+\.\d+\.\d+", name)
+        if match:
+            found.add(match.group(0))
+    if not found:
+        for path in openapi.get("paths", {}):
+            match = re.match(r"/slurm/(v\d+\.\d+\.\d+)/", path)
+            if match:
+                found.add(match.group(1))
+    return sorted(found, key=_version_key)
+
+
+def choose_api_version(offered: t.Iterable[str], pinned: str | None = None) -> str:
+    """Pick the pinned version, or the newest one both sides speak."""
+    offered = sorted(set(offered), key=_version_key)
+    if pinned:
+        if pinned not in SUPPORTED_API_VERSIONS:
+            raise SlurmApiVersionError(
+                f"api_version {pinned!r} is not supported by this collection; use one of "
+                f"{', '.join(SUPPORTED_API_VERSIONS)} or leave it unset to negotiate"
+            )
+        if pinned not in offered:
+            raise SlurmApiVersionError(
+                f"api_version {pinned!r} is not offered by this slurmrestd; it offers "
+                f"{', '.join(offered) or 'none'}"
+            )
+        return pinned
+    common = [version for version in offered if version in SUPPORTED_API_VERSIONS]
+    if not common:
+        raise SlurmApiVersionError(
+            f"this slurmrestd offers API versions {', '.join(offered) or 'none'}, and this "
+            f"collection speaks {', '.join(SUPPORTED_API_VERSIONS)}: upgrade Slurm to 24.05 or "
+            "newer (or the collection)"
+        )
+    return common[-1]
+
+
+# --------------------------------------------------------------------------------------
+# One shape for every API version (pure functions)
+
+INFINITE = "infinite"
+
+
+def plain_number(value: t.Any) -> t.Any:
+    """Turn slurmrestd's {set, infinite, number} into a plain value.
+
+    Unset becomes None and infinite becomes the string "infinite"; plain numbers (and
+    anything else) pass through.
+    """
+    if isinstance(value, dict) and "number" in value and "set" in value:
+        if value.get("infinite"):
+            return INFINITE
+        if not value.get("set"):
+            return None
+        return value.get("number")
+    return value
+
+
+def _csv_list(value: t.Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [item for item in value.split(",") if item]
+    return [str(item) for item in value]
+
+
+# Node states Slurm uses as a base; everything else in the state list is a flag.
+NODE_BASE_STATES = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
+NODE_BUSY_STATES = frozenset({"ALLOCATED", "MIXED"})
+JOB_BASE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+# Jobs that still hold or wait for resources; signals and cancels only make sense on these.
+JOB_ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+
+
+def _split_states(states: t.Any, base_states: frozenset[str]) -> tuple[str, list[str]]:
+    if isinstance(states, str):
+        states = [states]
+    states = [str(state).upper() for state in states or []]
+    base = next((state for state in states if state in base_states), "UNKNOWN")
+    flags = [state for state in states if state != base]
+    return base, flags
+
+
+def drain_state(base: str, flags: list[str]) -> str | None:
+    """'draining' or 'drained' as sinfo shows them, or None when the node is not drained.
+
+    Slurm derives this: DRAIN with jobs still on the node (COMPLETING, ALLOCATED or MIXED)
+    is draining, otherwise drained.
+    """
+    if "DRAIN" not in flags:
+        return None
+    if "COMPLETING" in flags or base in NODE_BUSY_STATES:
+        return "draining"
+    return "drained"
+
+
+def normalize_node(raw: JSON) -> JSON:
+    """One node in the collection's shape, whatever the API version."""
+    base, flags = _split_states(raw.get("state"), NODE_BASE_STATES)
+    return {
+        "name": raw.get("name"),
+        "state": base,
+        "state_flags": flags,
+        "drain_state": drain_state(base, flags),
+        "reason": raw.get("reason") or "",
+        "reason_set_by_user": raw.get("reason_set_by_user") or "",
+        "reason_changed_at": plain_number(raw.get("reason_changed_at")),
+        "partitions": list(raw.get("partitions") or []),
+        "features": _csv_list(raw.get("features")),
+        "active_features": _csv_list(raw.get("active_features")),
+        "cpus": plain_number(raw.get("cpus")),
+        "alloc_cpus": plain_number(raw.get("alloc_cpus")),
+        "real_memory": plain_number(raw.get("real_memory")),
+        "alloc_memory": plain_number(raw.get("alloc_memory")),
+        "free_memory": plain_number(raw.get("free_mem")),
+        "gres": raw.get("gres") or "",
+        "gres_used": raw.get("gres_used") or "",
+        "address": raw.get("address") or "",
+        "hostname": raw.get("hostname") or "",
+        "weight": plain_number(raw.get("weight")),
+        "comment": raw.get("comment") or "",
+        "mcs_label": raw.get("mcs_label") or "",
+        "owner": raw.get("owner") or "",
+        "boot_time": plain_number(raw.get("boot_time")),
+        "last_busy": plain_number(raw.get("last_busy")),
+        "slurmd_start_time": plain_number(raw.get("slurmd_start_time")),
+        "version": raw.get("version") or "",
+        "architecture": raw.get("architecture") or "",
+    }
+
+
+def normalize_job(raw: JSON) -> JSON:
+    """One job in the collection's shape, whatever the API version."""
+    base, flags = _split_states(raw.get("job_state"), JOB_BASE_STATES)
+    return {
+        "job_id": raw.get("job_id"),
+        "name": raw.get("name") or "",
+        "state": base,
+        "state_flags": flags,
+        "state_reason": raw.get("state_reason") or "",
+        "user_name": raw.get("user_name") or "",
+        "user_id": raw.get("user_id"),
+        "account": raw.get("account") or "",
+        "partition": raw.get("partition") or "",
+        "qos": raw.get("qos") or "",
+        "nodes": raw.get("nodes") or "",
+        "requeue": bool(raw.get("requeue")),
+        "restart_count": raw.get("restart_cnt"),
+        "batch": bool(raw.get("batch_flag")),
+        "mcs_label": raw.get("mcs_label") or "",
+        "priority": plain_number(raw.get("priority")),
+        "time_limit": plain_number(raw.get("time_limit")),
+        "submit_time": plain_number(raw.get("submit_time")),
+        "start_time": plain_number(raw.get("start_time")),
+        "end_time": plain_number(raw.get("end_time")),
+    }
+
+
+def normalize_partition(raw: JSON) -> JSON:
+    """One partition in the collection's shape, whatever the API version."""
+    nodes = raw.get("nodes") or {}
+    priority = raw.get("priority") or {}
+    maximums = raw.get("maximums") or {}
+    defaults = raw.get("defaults") or {}
+    states = (raw.get("partition") or {}).get("state") or []
+    return {
+        "name": raw.get("name"),
+        "nodes": nodes.get("configured") or "",
+        "total_nodes": plain_number(nodes.get("total")),
+        "total_cpus": plain_number((raw.get("cpus") or {}).get("total")),
+        "state": states[0] if states else "UNKNOWN",
+        "priority_tier": plain_number(priority.get("tier")),
+        "priority_job_factor": plain_number(priority.get("job_factor")),
+        "max_time": plain_number(maximums.get("time")),
+        "default_time": plain_number(defaults.get("time")),
+        "grace_time": plain_number(raw.get("grace_time")),
+        "node_sets": raw.get("node_sets") or "",
+    }
+
+
+def normalize_reservation(raw: JSON) -> JSON:
+    """One reservation in the collection's shape, whatever the API version."""
+    return {
+        "name": raw.get("name"),
+        "node_list": raw.get("node_list") or "",
+        "node_count": plain_number(raw.get("node_count")),
+        "start_time": plain_number(raw.get("start_time")),
+        "end_time": plain_number(raw.get("end_time")),
+        "flags": list(raw.get("flags") or []),
+        "users": _csv_list(raw.get("users")),
+        "accounts": _csv_list(raw.get("accounts")),
+        "partition": raw.get("partition") or "",
+    }
+
+
+def normalize_ping(raw: JSON) -> list[JSON]:
+    """slurmctld hosts and whether they answer.
+
+    v0.0.41 has only `pinged` and `mode`; v0.0.42 adds `responding` and `primary`;
+    v0.0.45 drops `pinged` and `mode`.
+    """
+    pings = []
+    for ping in raw.get("pings") or []:
+        responding = ping.get("responding")
+        if responding is None:
+            responding = str(ping.get("pinged", "")).upper() == "UP"
+        mode = ping.get("mode")
+        if not mode and "primary" in ping:
+            mode = "primary" if ping["primary"] else "backup"
+        pings.append(
+            {
+                "hostname": ping.get("hostname"),
+                "responding": bool(responding),
+                "latency": plain_number(ping.get("latency")),
+                "mode": mode or "",
+            }
+        )
+    return pings
+
+
+def describe_errors(errors: list[JSON]) -> str:
+    """slurmrestd's `errors` list as one readable sentence."""
+    parts = []
+    for error in errors:
+        text = error.get("description") or error.get("error") or "unknown error"
+        source = error.get("source")
+        parts.append(f"{text} ({source})" if source else text)
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------
+# HTTP
+
+
+@dataclass
+class Connection:
+    """Where slurmrestd is and how to authenticate; what the modules' options describe."""
+
+    url: str
+    token: str | None = None
+    jwt_key_path: str | None = None
+    user: str = "root"
+    token_lifespan: int = 300
+    api_version: str | None = None
+    validate_certs: bool = True
+    ca_path: str | None = None
+    timeout: float = 30.0
+    retries: int = 3
+    backoff: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.url:
+            raise SlurmRestError(
+                "url is required: the address of slurmrestd, for example "
+                "http://slurmrestd.slurm:6820 (or set SLURMRESTD_URL)"
+            )
+        if not re.match(r"^https?://", self.url):
+            raise SlurmRestError(
+                f"url {self.url!r} must start with http:// or https://, for example "
+                "https://slurmrestd.example.org:6820"
+            )
+        if self.token and self.jwt_key_path:
+            raise SlurmAuthError("give either token or jwt_key_path, not both")
+        if not self.token and not self.jwt_key_path:
+            raise SlurmAuthError(
+                "no credentials for slurmrestd: set token (or the SLURM_JWT environment "
+                "variable), or jwt_key_path to mint a short-lived token"
+            )
+
+
+class SlurmRestClient:
+    """Talks to one slurmrestd: auth, version negotiation, retries, typed errors."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        opener: t.Callable[..., t.Any] = open_url,
+        sleep: t.Callable[[float], None] = time.sleep,
+        on_new_token: t.Callable[[str], None] | None = None,
+    ) -> None:
+        self.connection = connection
+        self._open = opener
+        self._sleep = sleep
+        # Modules pass a callback that adds each minted token to no_log_values.
+        self._on_new_token = on_new_token
+        self._token: str | None = connection.token
+        self._token_expires: float = float("inf")
+        self._api_version: str | None = None
+        self._offered: list[str] | None = None
+
+    # -- authentication ---------------------------------------------------------------
+
+    def token(self) -> str:
+        """The token to send; a minted one is renewed shortly before it expires."""
+        conn = self.connection
+        if conn.jwt_key_path and (self._token is None or time.time() > self._token_expires):
+            key = read_jwt_key(conn.jwt_key_path)
+            self._token = mint_token(key, conn.user, conn.token_lifespan)
+            self._token_expires = time.time() + conn.token_lifespan * 0.8
+            if self._on_new_token is not None:
+                self._on_new_token(self._token)
+        assert self._token is not None
+        return self._token
+
+    def _headers(self, has_body: bool) -> dict[str, str]:
+        headers = {
+            "Accept": "application/json",
+            "X-SLURM-USER-TOKEN": self.token(),
+            "X-SLURM-USER-NAME": self.connection.user,
+        }
+        if has_body:
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    # -- transport --------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JSON | None = None,
+        query: dict[str, t.Any] | None = None,
+    ) -> JSON:
+        """Send one request and return the decoded JSON body (empty dict for 304/no body).
+
+        Retries connection errors, 429 and 5xx with exponential backoff (honouring
+        Retry-After), at most `retries` times. Raises a SlurmRestError subclass otherwise.
+        """
+        url = self.connection.url.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(query, doseq=True)
+        data = json.dumps(body).encode() if body is not None else None
+        attempt = 0
+        while True:
+            try:
+                response = self._open(
+                    url,
+                    data=data,
+                    method=method,
+                    headers=self._headers(data is not None),
+                    validate_certs=self.connection.validate_certs,
+                    ca_path=self.connection.ca_path,
+                    timeout=self.connection.timeout,
+                    follow_redirects="safe",
+                )
+                status = response.getcode()
+                return self._decode(method, url, status, response.read())
+            except HTTPError as err:
+                status = err.code
+                if status == 304:
+                    return {}
+                payload = err.read() if err.fp is not None else b""
+                if status in RETRY_STATUSES and attempt < self.connection.retries:
+                    self._sleep(self._delay(attempt, err.headers))
+                    attempt += 1
+                    continue
+                raise self._http_error(method, url, status, payload) from None
+            except (URLError, socket.timeout, ConnectionError) as err:
+                if attempt < self.connection.retries:
+                    self._sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                reason = getattr(err, "reason", err)
+                raise SlurmConnectionError(
+                    f"cannot reach slurmrestd at {self.connection.url} ({reason}) after "
+                    f"{attempt + 1} attempts; check url, that slurmrestd runs and listens "
+                    "there, and for https the CA (ca_path or validate_certs)",
+                    url=url,
+                ) from None
+
+    def _delay(self, attempt: int, headers: t.Any) -> float:
+        retry_after = headers.get("Retry-After") if headers is not None else None
+        if retry_after and str(retry_after).isdigit():
+            return min(float(retry_after), 60.0)
+        return float(self.connection.backoff * (2**attempt))
+
+    @staticmethod
+    def _parse(payload: bytes) -> JSON:
+        if not payload:
+            return {}
+        try:
+            decoded = json.loads(payload)
+        except ValueError:
+            return {"_raw": payload.decode("utf-8", "replace")[:500]}
+        return decoded if isinstance(decoded, dict) else {"_raw": decoded}
+
+    def _decode(self, method: str, url: str, status: int, payload: bytes) -> JSON:
+        body = self._parse(payload)
+        errors = body.get("errors") or []
+        if errors:
+            raise SlurmRequestError(
+                f"slurmrestd refused {method} {url}: {describe_errors(errors)}",
+                status=status,
+                url=url,
+                errors=errors,
+            )
+        return body
+
+    def _http_error(self, method: str, url: str, status: int, payload: bytes) -> SlurmRestError:
+        body = self._parse(payload)
+        errors = body.get("errors") or []
+        detail = describe_errors(errors) or str(body.get("_raw", "")).strip() or "no detail"
+        where = f"{method} {url}"
+        if status in (401, 511):
+            # 401: slurmrestd found no usable token; 511: slurmctld refused the token
+            # slurmrestd passed on (expired, signed with another key, unknown user).
+            return SlurmAuthError(
+                f"slurmrestd rejected the token (HTTP {status}: {detail}) for {where}: it is "
+                "missing, malformed or expired, signed with another key than slurmctld's, or "
+                f"its user {self.connection.user!r} is unknown to slurmctld; mint a new one "
+                "(jwt_key_path, or scontrol token)",
+                status=status,
+                url=url,
+                errors=errors,
+            )
+        if status == 403:
+            return SlurmAuthError(
+                f"user {self.connection.user!r} may not do {where} (HTTP 403): {detail}; "
+                "use a token of SlurmUser or root, or an operator account",
+                status=status,
+                url=url,
+                errors=errors,
+            )
+        if status == 404:
+            return SlurmNotFoundError(
+                f"not found (HTTP 404) at {where}: {detail}",
+                status=status,
+                url=url,
+                errors=errors,
+            )
+        if status >= 500:
+            return SlurmRequestError(
+                f"slurmrestd failed {where} with HTTP {status}: {detail}; check that "
+                "slurmctld is up (slurmrestd answers 502 when it cannot reach it)",
+                status=status,
+                url=url,
+                errors=errors,
+            )
+        return SlurmRequestError(
+            f"slurmrestd refused {where} with HTTP {status}: {detail}",
+            status=status,
+            url=url,
+            errors=errors,
+        )
+
+    # -- API version ------------------------------------------------------------------
+
+    def offered_versions(self) -> list[str]:
+        if self._offered is None:
+            self._offered = offered_versions(self.request("GET", "/openapi/v3"))
+        return self._offered
+
+    @property
+    def api_version(self) -> str:
+        if self._api_version is None:
+            self._api_version = choose_api_version(
+                self.offered_versions(), self.connection.api_version
+            )
+        return self._api_version
+
+    def _slurm(self, path: str) -> str:
+        return f"/slurm/{self.api_version}/{path}"
+
+    # -- endpoints, returning normalised objects ---------------------------------------
+
+    def ping(self) -> list[JSON]:
+        return normalize_ping(self.request("GET", self._slurm("ping/")))
+
+    def diag(self) -> JSON:
+        statistics: JSON = self.request("GET", self._slurm("diag/")).get("statistics") or {}
+        return {key: plain_number(value) for key, value in statistics.items()}
+
+    def nodes(self) -> list[JSON]:
+        body = self.request("GET", self._slurm("nodes/"))
+        return [normalize_node(node) for node in body.get("nodes") or []]
+
+    def node(self, name: str) -> JSON | None:
+        """The node, or None when Slurm does not know it."""
+        try:
+            body = self.request("GET", self._slurm(f"node/{quote(name, safe='')}"))
+        except SlurmNotFoundError:
+            return None
+        except SlurmRequestError as err:
+            # Slurm answers an unknown node name with an error entry, not always a 404.
+            if _is_unknown_node(err):
+                return None
+            raise
+        nodes = body.get("nodes") or []
+        return normalize_node(nodes[0]) if nodes else None
+
+    def update_node(self, name: str, changes: JSON) -> None:
+        self.request("POST", self._slurm(f"node/{quote(name, safe='')}"), body=changes)
+
+    def delete_node(self, name: str) -> None:
+        self.request("DELETE", self._slurm(f"node/{quote(name, safe='')}"))
+
+    def jobs(self) -> list[JSON]:
+        body = self.request("GET", self._slurm("jobs/"))
+        return [normalize_job(job) for job in body.get("jobs") or []]
+
+    def signal_job(self, job_id: int | str, signal: str = "SIGKILL", batch_only: bool = False) -> None:
+        query = {"signal": signal}
+        if batch_only:
+            query["flags"] = "BATCH_JOB"
+        self.request("DELETE", self._slurm(f"job/{quote(str(job_id), safe='')}"), query=query)
+
+    def submit_job(self, job: JSON) -> int:
+        body = self.request("POST", self._slurm("job/submit"), body={"job": job})
+        return int(body["job_id"])
+
+    def partitions(self) -> list[JSON]:
+        body = self.request("GET", self._slurm("partitions/"))
+        return [normalize_partition(partition) for partition in body.get("partitions") or []]
+
+    def reservations(self) -> list[JSON]:
+        body = self.request("GET", self._slurm("reservations/"))
+        return [normalize_reservation(resv) for resv in body.get("reservations") or []]
+
+
+def _is_unknown_node(err: SlurmRequestError) -> bool:
+    # Slurm 24.11 to 26.05 answer HTTP 200 with "Failure to query node <name>".
+    return any(
+        str(error.get("description", "")).startswith("Failure to query node ")
+        for error in err.errors
+    )

@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: slurm_info
+short_description: Read nodes, jobs, partitions and reservations from slurmrestd
+version_added: 0.1.0
+author: hpcops.slinky developers
+description:
+  - Reads the state of a Slurm cluster through slurmrestd, in one shape whatever the API
+    version (v0.0.41 to v0.0.45) the server speaks.
+  - Returns what O(gather) asks for; O(nodes), O(node_states), O(partitions),
+    O(job_states), O(users) and O(job_ids) narrow the nodes and jobs returned.
+extends_documentation_fragment:
+  - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.ACTIONGROUP
+  - hpcops.slinky.attributes
+  - hpcops.slinky.attributes.INFO_MODULE
+options:
+  gather:
+    description:
+      - What to read. V(all) reads everything.
+    type: list
+    elements: str
+    choices: [all, ping, diag, nodes, jobs, partitions, reservations]
+    default: [nodes, jobs, partitions]
+  nodes:
+    description:
+      - Only these nodes, and only the jobs that run on them. Host list expressions such as
+        V(node[01-04,07]) are expanded.
+    type: list
+    elements: str
+  node_states:
+    description:
+      - Only nodes in any of these states. A base state (V(idle), V(allocated), V(mixed),
+        V(down)...), a flag (V(drain), V(not_responding), V(dynamic_norm)...) or the derived
+        V(drained) and V(draining); case does not matter.
+    type: list
+    elements: str
+  partitions:
+    description: Only nodes, jobs and partitions of these partitions.
+    type: list
+    elements: str
+  job_states:
+    description: Only jobs in any of these states or with any of these flags (V(running), V(pending)...).
+    type: list
+    elements: str
+  users:
+    description: Only jobs of these users.
+    type: list
+    elements: str
+  job_ids:
+    description: Only these jobs.
+    type: list
+    elements: str
+requirements:
+  - python-hostlist (to filter by host lists)
+seealso:
+  - module: hpcops.slinky.slurm_node
+  - module: hpcops.slinky.slurm_job
+  - plugin: hpcops.slinky.slurm
+    plugin_type: inventory
+"""
+
+EXAMPLES = r"""
+- name: Nodes that are drained in the backfill partition
+  hpcops.slinky.slurm_info:
+    url: https://slurmrestd.slurm.svc:6820
+    jwt_key_path: /etc/slurm/jwt_hs256.key
+    gather: [nodes]
+    partitions: [backfill]
+    node_states: [drained]
+  register: drained
+
+- name: Is slurmctld up?
+  hpcops.slinky.slurm_info:
+    url: "{{ slurmrestd_url }}"
+    token: "{{ slurm_token }}"
+    gather: [ping]
+  register: slurm_ping
+  failed_when: not (slurm_ping.ping | map(attribute='responding') | first)
+
+- name: Running jobs on two nodes
+  hpcops.slinky.slurm_info:
+    url: "{{ slurmrestd_url }}"
+    gather: [jobs]
+    nodes: ["node[01-02]"]
+    job_states: [running]
+  register: running
+"""
+
+RETURN = r"""
+api_version:
+  description: The slurmrestd API version used.
+  returned: always
+  type: str
+  sample: v0.0.44
+ping:
+  description: The slurmctld hosts and whether they answer.
+  returned: when O(gather) has V(ping)
+  type: list
+  elements: dict
+  sample: [{"hostname": "slurm-controller-0", "responding": true, "latency": 231, "mode": "primary"}]
+diag:
+  description: slurmctld statistics (C(sdiag)), numbers made plain.
+  returned: when O(gather) has V(diag)
+  type: dict
+nodes:
+  description:
+    - The nodes. C(state) is the base state and C(state_flags) the flags (C(DRAIN),
+      C(DYNAMIC_NORM)...); C(drain_state) is V(draining), V(drained) or null. Numbers that
+      Slurm leaves unset are null; unlimited ones are the string V(infinite).
+  returned: when O(gather) has V(nodes)
+  type: list
+  elements: dict
+  sample:
+    - name: node01
+      state: IDLE
+      state_flags: [DRAIN]
+      drain_state: drained
+      reason: "hpcops: reclaim 4f2a"
+      partitions: [batch, backfill]
+      features: [gpu]
+      cpus: 64
+      real_memory: 256000
+jobs:
+  description: The jobs, with C(state), C(state_flags), C(nodes) (a host list), C(partition), C(user_name) and times.
+  returned: when O(gather) has V(jobs)
+  type: list
+  elements: dict
+partitions:
+  description: The partitions with C(nodes), C(priority_tier), C(max_time) (minutes or V(infinite)) and C(state).
+  returned: when O(gather) has V(partitions)
+  type: list
+  elements: dict
+reservations:
+  description: The reservations with C(node_list), C(start_time), C(end_time) and C(flags).
+  returned: when O(gather) has V(reservations)
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
+    SLURMRESTD_MUTUALLY_EXCLUSIVE,
+    fail_with,
+    slurm_client,
+    slurmrestd_argument_spec,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
+    SelectionError,
+    select_jobs,
+    select_nodes,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import SlurmRestError
+
+GATHER_CHOICES = ["all", "ping", "diag", "nodes", "jobs", "partitions", "reservations"]
+
+
+def main() -> None:
+    argument_spec = slurmrestd_argument_spec()
+    argument_spec.update(
+        gather={
+            "type": "list",
+            "elements": "str",
+            "choices": GATHER_CHOICES,
+            "default": ["nodes", "jobs", "partitions"],
+        },
+        nodes={"type": "list", "elements": "str"},
+        node_states={"type": "list", "elements": "str"},
+        partitions={"type": "list", "elements": "str"},
+        job_states={"type": "list", "elements": "str"},
+        users={"type": "list", "elements": "str"},
+        job_ids={"type": "list", "elements": "str"},
+    )
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        mutually_exclusive=SLURMRESTD_MUTUALLY_EXCLUSIVE,
+        supports_check_mode=True,
+    )
+    params = module.params
+    gather = set(GATHER_CHOICES[1:]) if "all" in params["gather"] else set(params["gather"])
+    client = slurm_client(module)
+    result: dict[str, object] = {"changed": False}
+    try:
+        result["api_version"] = client.api_version
+        if "ping" in gather:
+            result["ping"] = client.ping()
+        if "diag" in gather:
+            result["diag"] = client.diag()
+        if "nodes" in gather:
+            result["nodes"] = select_nodes(
+                client.nodes(), params["nodes"], params["node_states"], params["partitions"]
+            )
+        if "jobs" in gather:
+            result["jobs"] = select_jobs(
+                client.jobs(),
+                job_ids=params["job_ids"],
+                nodes=params["nodes"],
+                partitions=params["partitions"],
+                states=params["job_states"],
+                users=params["users"],
+            )
+        if "partitions" in gather:
+            wanted = set(params["partitions"] or [])
+            result["partitions"] = [
+                partition
+                for partition in client.partitions()
+                if not wanted or partition["name"] in wanted
+            ]
+        if "reservations" in gather:
+            result["reservations"] = client.reservations()
+    except SelectionError as err:
+        module.fail_json(msg=str(err))
+    except SlurmRestError as err:
+        fail_with(module, err)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
