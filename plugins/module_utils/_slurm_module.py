@@ -28,7 +28,7 @@ def slurmrestd_argument_spec() -> dict[str, dict[str, t.Any]]:
         "token": {"type": "str", "no_log": True, "fallback": (env_fallback, ["SLURM_JWT"])},
         "jwt_key_path": {"type": "path", "fallback": (env_fallback, ["SLURM_JWT_KEY_PATH"])},
         "user": {"type": "str", "default": "root", "aliases": ["username"]},
-        "token_lifespan": {"type": "int", "default": 300},
+        "token_lifespan": {"type": "int", "default": 300, "no_log": False},
         "api_version": {"type": "str", "choices": list(SUPPORTED_API_VERSIONS)},
         "validate_certs": {"type": "bool", "default": True, "aliases": ["verify_ssl"]},
         "ca_path": {"type": "path"},
@@ -64,7 +64,7 @@ def slurm_client(module: AnsibleModule) -> SlurmRestClient:
     return SlurmRestClient(connection, on_new_token=module.no_log_values.add)
 
 
-def fail_with(module: AnsibleModule, err: SlurmRestError, **result: t.Any) -> t.NoReturn:
+def fail_with(module: AnsibleModule, err: SlurmRestError, **result: t.Any) -> None:
     """End the module with the client's message, its HTTP status and Slurm's errors."""
     details: dict[str, t.Any] = {}
     if err.status is not None:

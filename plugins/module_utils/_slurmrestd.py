@@ -16,7 +16,6 @@ import hashlib
 import hmac
 import json
 import re
-import socket
 import time
 import typing as t
 from dataclasses import dataclass
@@ -91,7 +90,9 @@ def mint_token(key: bytes, user: str, lifespan: int, now: int | None = None) -> 
     Slurm signs with the raw bytes of its jwt key file as the HMAC secret.
     """
     if not key:
-        raise SlurmAuthError("the JWT key is empty; point jwt_key_path at slurmctld's jwt_hs256.key")
+        raise SlurmAuthError(
+            "the JWT key is empty; point jwt_key_path at slurmctld's jwt_hs256.key"
+        )
     if lifespan <= 0:
         raise SlurmAuthError(f"token_lifespan must be a positive number of seconds, not {lifespan}")
     issued = int(time.time()) if now is None else now
@@ -455,7 +456,8 @@ class SlurmRestClient:
             self._token_expires = time.time() + conn.token_lifespan * 0.8
             if self._on_new_token is not None:
                 self._on_new_token(self._token)
-        assert self._token is not None
+        if self._token is None:
+            raise SlurmAuthError("no token: set token, or jwt_key_path to mint one")
         return self._token
 
     def _headers(self, has_body: bool) -> dict[str, str]:
@@ -512,7 +514,7 @@ class SlurmRestClient:
                     attempt += 1
                     continue
                 raise self._http_error(method, url, status, payload) from None
-            except (URLError, socket.timeout, ConnectionError) as err:
+            except (URLError, TimeoutError, ConnectionError) as err:
                 if attempt < self.connection.retries:
                     self._sleep(self._delay(attempt, None))
                     attempt += 1
@@ -655,7 +657,9 @@ class SlurmRestClient:
         body = self.request("GET", self._slurm("jobs/"))
         return [normalize_job(job) for job in body.get("jobs") or []]
 
-    def signal_job(self, job_id: int | str, signal: str = "SIGKILL", batch_only: bool = False) -> None:
+    def signal_job(
+        self, job_id: int | str, signal: str = "SIGKILL", batch_only: bool = False
+    ) -> None:
         query = {"signal": signal}
         if batch_only:
             query["flags"] = "BATCH_JOB"

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: slurm_info
 short_description: Read nodes, jobs, partitions and reservations from slurmrestd
 version_added: 0.1.0
-author: hpcops.slinky developers
+author: hpcops.slinky developers (@hpcops)
 description:
   - Reads the state of a Slurm cluster through slurmrestd, in one shape whatever the API
     version (v0.0.41 to v0.0.45) the server speaks.

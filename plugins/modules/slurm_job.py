@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: slurm_job
 short_description: Cancel or signal Slurm jobs by id, node, partition, user or name
 version_added: 0.1.0
-author: hpcops.slinky developers
+author: hpcops.slinky developers (@hpcops)
 description:
   - Selects jobs through slurmrestd and cancels them or sends them a signal.
   - Every given selector must match (they narrow each other); at least one is required,

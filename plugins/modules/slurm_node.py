@@ -9,14 +9,14 @@ DOCUMENTATION = r"""
 module: slurm_node
 short_description: Drain, resume, down or remove Slurm nodes, and set their features, weight and comment
 version_added: 0.1.0
-author: hpcops.slinky developers
+author: hpcops.slinky developers (@hpcops)
 description:
   - Brings Slurm nodes to the wanted state through slurmrestd, and reports no change when
     they are already there.
   - Drains and DOWNs carry a reason that starts with O(reason_prefix). A drain or DOWN
     whose reason does not start with it belongs to somebody else (an administrator, the
-    Slinky operator's C(slurm-operator:) drains, slurmctld's own C(Not responding)):
-    O(state=drain) keeps it as it is and reports it in RV(foreign_drains), and
+    Slinky operator's C(slurm-operator:) drains, slurmctld's own C(Not responding)).
+    O(state=drain) keeps such a drain as it is and reports it in RV(foreign_drains), and
     O(state=resume) or O(state=undrain) refuses to clear it unless O(force=true).
   - All nodes are checked before any is changed, so a refusal changes nothing.
 extends_documentation_fragment:

@@ -74,7 +74,9 @@ class FakeSlurmRestd:
     def replay(self, version: str, name: str, method: str, path: str) -> None:
         self.answer(method, f"/slurm/{version}/{path}", *recording(self.release, version, name))
 
-    def __call__(self, url: str, data: bytes | None = None, method: str = "GET", **kwargs: t.Any) -> FakeResponse:
+    def __call__(
+        self, url: str, data: bytes | None = None, method: str = "GET", **kwargs: t.Any
+    ) -> FakeResponse:
         parts = urlsplit(url)
         self.requests.append(
             {

@@ -7,10 +7,17 @@ import base64
 import hashlib
 import hmac
 import json
-import socket
-from urllib.error import URLError
+from email.message import Message
+from io import BytesIO
+from urllib.error import HTTPError, URLError
 
 import pytest
+from fake_slurmrestd import (
+    SUPPORTED_RECORDED,
+    FakeSlurmRestd,
+    openapi_document,
+    recording,
+)
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
     INFINITE,
@@ -31,13 +38,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
     offered_versions,
     plain_number,
     read_jwt_key,
-)
-
-from fake_slurmrestd import (
-    SUPPORTED_RECORDED,
-    FakeSlurmRestd,
-    openapi_document,
-    recording,
 )
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -115,7 +115,12 @@ def test_connection_options_are_checked(options: dict[str, str], message: str) -
 
 
 def test_offered_versions_of_the_real_servers() -> None:
-    assert offered_versions(openapi_document("26.05")) == ["v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"]
+    assert offered_versions(openapi_document("26.05")) == [
+        "v0.0.42",
+        "v0.0.43",
+        "v0.0.44",
+        "v0.0.45",
+    ]
     # 24.11 has no info["x-slurm"]; the versions come from the path keys.
     assert offered_versions(openapi_document("24.11")) == ["v0.0.40", "v0.0.41", "v0.0.42"]
 
@@ -132,7 +137,9 @@ def test_a_pin_the_server_lacks_lists_what_it_offers() -> None:
 
 
 def test_a_pin_the_collection_lacks_lists_the_supported_versions() -> None:
-    with pytest.raises(SlurmApiVersionError, match="v0.0.41, v0.0.42, v0.0.43, v0.0.44, v0.0.45"):
+    with pytest.raises(
+        SlurmApiVersionError, match=r"v0\.0\.41, v0\.0\.42, v0\.0\.43, v0\.0\.44, v0\.0\.45"
+    ):
         choose_api_version(["v0.0.40"], "v0.0.40")
 
 
@@ -176,7 +183,11 @@ def test_nodes_have_one_shape(release: str, version: str) -> None:
     assert sorted(nodes) == ["cpu01", "cpu02", "cpu03"]
     # The recording drained cpu03, ran a job on cpu01 and left cpu02 idle.
     drained = nodes["cpu03"]
-    assert (drained["state"], drained["state_flags"], drained["drain_state"]) == ("IDLE", ["DRAIN"], "drained")
+    assert (drained["state"], drained["state_flags"], drained["drain_state"]) == (
+        "IDLE",
+        ["DRAIN"],
+        "drained",
+    )
     assert drained["reason"] == "hpcops: reclaim test"
     assert nodes["cpu01"]["state"] in ("ALLOCATED", "MIXED")
     assert nodes["cpu01"]["mcs_label"] == "tenantA"
@@ -203,7 +214,9 @@ def test_jobs_have_one_shape(release: str, version: str) -> None:
 def test_partitions_have_one_shape(release: str, version: str) -> None:
     partitions = {
         partition["name"]: partition
-        for partition in map(normalize_partition, recording(release, version, "partitions")[1]["partitions"])
+        for partition in map(
+            normalize_partition, recording(release, version, "partitions")[1]["partitions"]
+        )
     }
     assert partitions["backfill"]["priority_tier"] == 1
     assert partitions["backfill"]["max_time"] == 240
@@ -249,7 +262,9 @@ def test_5xx_is_retried_with_backoff_then_succeeds() -> None:
     fake.replay("v0.0.45", "ping", "GET", "ping/")
     delays: list[float] = []
     client = SlurmRestClient(
-        Connection(url="http://127.0.0.1:6820", token="t", backoff=0.5), opener=fake, sleep=delays.append
+        Connection(url="http://127.0.0.1:6820", token="t", backoff=0.5),
+        opener=fake,
+        sleep=delays.append,
     )
     assert client.ping()[0]["responding"] is True
     assert delays == [0.5, 1.0]
@@ -257,7 +272,12 @@ def test_5xx_is_retried_with_backoff_then_succeeds() -> None:
 
 def test_retries_are_bounded() -> None:
     fake = FakeSlurmRestd("26.05")
-    fake.answer("GET", "/slurm/v0.0.45/ping/", 502, {"errors": [{"description": "Unable to contact slurm controller"}]})
+    fake.answer(
+        "GET",
+        "/slurm/v0.0.45/ping/",
+        502,
+        {"errors": [{"description": "Unable to contact slurm controller"}]},
+    )
     with pytest.raises(SlurmRequestError) as err:
         client_for(fake, retries=2).ping()
     assert "HTTP 502" in str(err.value) and "Unable to contact slurm controller" in str(err.value)
@@ -266,8 +286,10 @@ def test_retries_are_bounded() -> None:
 
 def test_connection_errors_are_retried_then_explained() -> None:
     fake = FakeSlurmRestd("26.05")
-    fake.fail("GET", "/slurm/v0.0.45/ping/", URLError(ConnectionRefusedError(111, "Connection refused")))
-    fake.routes[("GET", "/openapi/v3")] = [URLError(socket.timeout("timed out"))]
+    fake.fail(
+        "GET", "/slurm/v0.0.45/ping/", URLError(ConnectionRefusedError(111, "Connection refused"))
+    )
+    fake.routes[("GET", "/openapi/v3")] = [URLError(TimeoutError("timed out"))]
     with pytest.raises(SlurmConnectionError) as err:
         client_for(fake, retries=1).ping()
     assert "cannot reach slurmrestd at http://127.0.0.1:6820" in str(err.value)
@@ -287,17 +309,17 @@ def test_errors_in_a_200_answer_are_raised() -> None:
 
 
 def test_retry_after_is_honoured() -> None:
-    from email.message import Message
-    from io import BytesIO
-    from urllib.error import HTTPError
-
     headers = Message()
     headers["Retry-After"] = "7"
     fake = FakeSlurmRestd("26.05")
-    fake.fail("GET", "/slurm/v0.0.45/ping/", HTTPError("u", 429, "slow down", headers, BytesIO(b"")))
+    fake.fail(
+        "GET", "/slurm/v0.0.45/ping/", HTTPError("u", 429, "slow down", headers, BytesIO(b""))
+    )
     fake.replay("v0.0.45", "ping", "GET", "ping/")
     delays: list[float] = []
-    client = SlurmRestClient(Connection(url="http://h:1", token="t"), opener=fake, sleep=delays.append)
+    client = SlurmRestClient(
+        Connection(url="http://h:1", token="t"), opener=fake, sleep=delays.append
+    )
     client.ping()
     assert delays == [7.0]
 

@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Run the collection's modules and plugins the way users do: through ansible-playbook.
+
+Each call writes a one-task playbook, runs it with the JSON callback and returns the
+task's result, so integration tests exercise AnsiballZ, argument validation, no_log and
+check mode exactly as a real run does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import typing as t
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTIONS = REPO / ".build" / "collections"
+BIN = Path(sys.executable).parent
+
+
+def ansible_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="true",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_NOCOLOR="true",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    # The tests pass credentials explicitly; none may leak in from the caller's shell.
+    for name in ("SLURM_JWT", "SLURMRESTD_URL", "SLURM_JWT_KEY_PATH"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+class TaskResult(dict[str, t.Any]):
+    """A task's result, plus the whole output of the run (to look for leaked secrets)."""
+
+    output: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.get("failed"))
+
+
+def run_task(
+    module: str,
+    args: dict[str, t.Any],
+    *,
+    check: bool = False,
+    diff: bool = False,
+    env: dict[str, str] | None = None,
+) -> TaskResult:
+    """Run `module` with `args` on localhost and return its result."""
+    play = [
+        {
+            "name": "integration test",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [{"name": "module under test", module: args, "ignore_errors": True}],
+        }
+    ]
+    with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
+        playbook = Path(tmp) / "play.yml"
+        playbook.write_text(yaml.safe_dump(play))
+        command = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
+        if check:
+            command.append("--check")
+        if diff:
+            command.append("--diff")
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=ansible_env(**(env or {})),
+            check=False,
+            timeout=300,
+        )
+    try:
+        report = json.loads(proc.stdout)
+        result = TaskResult(report["plays"][0]["tasks"][0]["hosts"]["localhost"])
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError(
+            f"ansible-playbook gave no task result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        ) from None
+    result.output = proc.stdout + proc.stderr
+    return result
+
+
+def inventory_list(inventory_file: Path, env: dict[str, str] | None = None) -> dict[str, t.Any]:
+    """`ansible-inventory --list` of one inventory source, parsed."""
+    proc = subprocess.run(
+        [str(BIN / "ansible-inventory"), "-i", str(inventory_file), "--list"],
+        capture_output=True,
+        text=True,
+        env=ansible_env(**(env or {})),
+        check=False,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"ansible-inventory failed ({proc.returncode}):\n{proc.stderr}")
+    inventory: dict[str, t.Any] = json.loads(proc.stdout)
+    return inventory

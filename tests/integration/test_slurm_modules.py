@@ -1,0 +1,329 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""slurm_info, slurm_node, slurm_job and the slurm inventory plugin against real slurmrestd.
+
+Every module runs through ansible-playbook against the lab's Slurm 26.05 and 24.11, once
+per API version that both the server and the collection speak (the matrix in the README).
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_runner import inventory_list, run_task
+
+pytestmark = pytest.mark.integration
+
+SUPPORTED = ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+# What the lab's releases offer (measured): 24.11 v0.0.40-42, 26.05 v0.0.42-45.
+MATRIX = [
+    ("26.05", "v0.0.42"),
+    ("26.05", "v0.0.43"),
+    ("26.05", "v0.0.44"),
+    ("26.05", "v0.0.45"),
+    ("24.11", "v0.0.41"),
+    ("24.11", "v0.0.42"),
+]
+
+
+def connection(lab: t.Any, api_version: str | None = None) -> dict[str, t.Any]:
+    args: dict[str, t.Any] = {"url": lab.url, "jwt_key_path": str(lab.jwt_key_path)}
+    if api_version:
+        args["api_version"] = api_version
+    return args
+
+
+def wait_for(probe: t.Callable[[], t.Any], what: str, timeout: float = 60.0) -> t.Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def versions_of(release: str) -> list[str]:
+    return [version for rel, version in MATRIX if rel == release]
+
+
+@pytest.fixture
+def clean_nodes(slurm_lab: t.Any) -> t.Iterator[t.Any]:
+    """Leave every static node resumed and every job of the test cancelled afterwards."""
+    yield slurm_lab
+    slurm_lab.run(["scancel", "--name=hpcops-it"])
+    for node in slurm_lab.node_names:
+        slurm_lab.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+# -- the API version matrix -------------------------------------------------------------
+
+
+def test_negotiates_the_newest_common_version(slurm_lab: t.Any) -> None:
+    result = run_task("hpcops.slinky.slurm_info", {**connection(slurm_lab), "gather": ["ping"]})
+    assert not result.failed, result.get("msg")
+    assert result["api_version"] == versions_of(slurm_lab.release.name)[-1]
+    assert [ping["responding"] for ping in result["ping"]] == [True]
+
+
+def test_a_pin_the_server_lacks_names_what_it_offers(slurm_lab: t.Any) -> None:
+    missing = next(
+        version for version in SUPPORTED if version not in versions_of(slurm_lab.release.name)
+    )
+    result = run_task("hpcops.slinky.slurm_info", connection(slurm_lab, missing))
+    assert result.failed
+    offered = ", ".join(slurm_lab.api_versions())
+    assert (
+        f"api_version '{missing}' is not offered by this slurmrestd; it offers {offered}"
+        in result["msg"]
+    )
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("api_version", ["v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"])
+def test_slurm_info_per_api_version(slurm_lab: t.Any, api_version: str, clean_nodes: t.Any) -> None:
+    if api_version not in versions_of(slurm_lab.release.name):
+        pytest.skip(f"Slurm {slurm_lab.release.name} does not offer {api_version}")
+    job_id = slurm_lab.submit_job("sleep 300", name="hpcops-it", partition="backfill", requeue=True)
+    running = wait_for(
+        lambda: slurm_lab.job(job_id)["job_state"] == ["RUNNING"] and slurm_lab.job(job_id),
+        f"job {job_id} to run",
+    )
+    node = running["nodes"]
+    result = run_task(
+        "hpcops.slinky.slurm_info",
+        {**connection(slurm_lab, api_version), "gather": ["all"], "nodes": [node]},
+    )
+    assert not result.failed, result.get("msg")
+    assert result["api_version"] == api_version
+    assert [n["name"] for n in result["nodes"]] == [node]
+    assert result["nodes"][0]["state"] in ("ALLOCATED", "MIXED")
+    assert [job["job_id"] for job in result["jobs"]] == [job_id]
+    assert result["jobs"][0]["partition"] == "backfill" and result["jobs"][0]["requeue"] is True
+    partitions = {p["name"]: p for p in result["partitions"]}
+    assert partitions["backfill"]["priority_tier"] < partitions["batch"]["priority_tier"]
+    assert result["diag"]["jobs_submitted"] >= 1
+    assert isinstance(result["reservations"], list)
+
+    idle = run_task(
+        "hpcops.slinky.slurm_info",
+        {**connection(slurm_lab, api_version), "gather": ["nodes"], "node_states": ["idle"]},
+    )
+    assert node not in [n["name"] for n in idle["nodes"]]
+    assert len(idle["nodes"]) == len(slurm_lab.node_names) - 1
+
+
+@pytest.mark.parametrize("api_version", ["v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"])
+def test_slurm_node_per_api_version(slurm_lab: t.Any, api_version: str, clean_nodes: t.Any) -> None:
+    if api_version not in versions_of(slurm_lab.release.name):
+        pytest.skip(f"Slurm {slurm_lab.release.name} does not offer {api_version}")
+    conn = connection(slurm_lab, api_version)
+    first, second = slurm_lab.node_names[:2]
+    drain = {**conn, "names": [f"{first},{second}"], "state": "drain", "reason": "it maintenance"}
+
+    checked = run_task("hpcops.slinky.slurm_node", drain, check=True, diff=True)
+    assert checked["changed"] and not checked.failed
+    assert checked["diff"]["after"][first]["state"] == "IDLE+DRAIN"
+    assert "DRAIN" not in slurm_lab.node(first)["state"], "check mode changed the node"
+
+    drained = run_task("hpcops.slinky.slurm_node", drain, diff=True)
+    assert drained["changed"], drained.get("msg")
+    for name in (first, second):
+        node = slurm_lab.node(name)
+        assert "DRAIN" in node["state"] and node["reason"] == "hpcops: it maintenance"
+    assert not run_task("hpcops.slinky.slurm_node", drain)["changed"], "drain is not idempotent"
+
+    # An administrator's drain is kept by drain, and never cleared by resume without force.
+    slurm_lab.run(
+        ["scontrol", "update", f"nodename={second}", "state=drain", "reason=bad DIMM"], check=True
+    )
+    kept = run_task("hpcops.slinky.slurm_node", drain)
+    assert not kept["changed"]
+    assert [d["name"] for d in kept["foreign_drains"]] == [second]
+    assert slurm_lab.node(second)["reason"] == "bad DIMM"
+    refused = run_task(
+        "hpcops.slinky.slurm_node", {**conn, "names": [first, second], "state": "resume"}
+    )
+    assert refused.failed and "'bad DIMM'" in refused["msg"] and "force: true" in refused["msg"]
+    assert "DRAIN" in slurm_lab.node(first)["state"], "a refusal must change nothing"
+
+    resumed = run_task("hpcops.slinky.slurm_node", {**conn, "names": [first], "state": "resume"})
+    assert resumed["changed"] and "DRAIN" not in slurm_lab.node(first)["state"]
+    forced = run_task(
+        "hpcops.slinky.slurm_node", {**conn, "names": [second], "state": "resume", "force": True}
+    )
+    assert forced["changed"] and "DRAIN" not in slurm_lab.node(second)["state"]
+
+    # Attributes: only what differs is sent, and a second run changes nothing.
+    attrs = {
+        **conn,
+        "names": [first],
+        "weight": 7,
+        "comment": "rack 4",
+        "features": ["ib", "avx512"],
+    }
+    assert run_task("hpcops.slinky.slurm_node", attrs)["changed"]
+    node = slurm_lab.node(first)
+    assert node["weight"] == 7 and node["comment"] == "rack 4"
+    assert sorted(node["features"]) == ["avx512", "ib"]
+    assert not run_task("hpcops.slinky.slurm_node", attrs)["changed"]
+    run_task(
+        "hpcops.slinky.slurm_node",
+        {**conn, "names": [first], "weight": 1, "comment": "", "features": []},
+    )
+
+
+def test_down_requeues_a_requeueable_job(slurm_lab: t.Any, clean_nodes: t.Any) -> None:
+    job_id = slurm_lab.submit_job("sleep 300", name="hpcops-it", partition="backfill", requeue=True)
+    job = wait_for(
+        lambda: slurm_lab.job(job_id)["job_state"] == ["RUNNING"] and slurm_lab.job(job_id),
+        f"job {job_id} to run",
+    )
+    args = {
+        **connection(slurm_lab),
+        "names": [job["nodes"]],
+        "state": "down",
+        "reason": "requeue test",
+    }
+    checked = run_task("hpcops.slinky.slurm_node", args, check=True)
+    assert [j["job_id"] for j in checked["jobs_affected"]] == [job_id]
+    assert slurm_lab.job(job_id)["job_state"] == ["RUNNING"], "check mode touched the job"
+    downed = run_task("hpcops.slinky.slurm_node", args)
+    assert downed["changed"]
+    assert slurm_lab.node(job["nodes"])["state"][0] == "DOWN"
+    requeued = wait_for(
+        lambda: (state := slurm_lab.job(job_id))["job_state"][0] == "PENDING" and state,
+        f"job {job_id} to be requeued",
+    )
+    assert requeued["restart_cnt"] >= 1, "the job was killed, not requeued"
+
+
+def test_slurm_job_cancel_by_node_and_partition(slurm_lab: t.Any, clean_nodes: t.Any) -> None:
+    keep = slurm_lab.submit_job("sleep 300", name="hpcops-it", partition="batch")
+    hit = slurm_lab.submit_job("sleep 300", name="hpcops-it", partition="backfill", requeue=True)
+    wait_for(
+        lambda: all(slurm_lab.job(j)["job_state"] == ["RUNNING"] for j in (keep, hit)),
+        "both jobs to run",
+    )
+    args = {**connection(slurm_lab), "partitions": ["backfill"], "names": ["hpcops-it"]}
+    checked = run_task("hpcops.slinky.slurm_job", args, check=True)
+    assert [job["job_id"] for job in checked["jobs"]] == [hit] and checked["changed"]
+    assert slurm_lab.job(hit)["job_state"] == ["RUNNING"], "check mode touched the job"
+
+    cancelled = run_task("hpcops.slinky.slurm_job", args)
+    assert cancelled["changed"] and cancelled["signal"] == "SIGKILL"
+    wait_for(
+        lambda: slurm_lab.job(hit)["job_state"][0] == "CANCELLED", f"job {hit} to be cancelled"
+    )
+    assert slurm_lab.job(keep)["job_state"] == ["RUNNING"]
+    assert not run_task("hpcops.slinky.slurm_job", args)["changed"], "cancel is not idempotent"
+
+
+def test_slurm_job_refuses_to_select_everything(slurm_lab: t.Any) -> None:
+    result = run_task("hpcops.slinky.slurm_job", connection(slurm_lab))
+    assert result.failed and "one of the following is required" in result["msg"]
+
+
+def test_a_dynamic_node_record_is_removed(slurm_lab: t.Any) -> None:
+    if not slurm_lab.release.dynamic_nodes:
+        pytest.skip(f"the Slurm {slurm_lab.release.name} lab has no dynamic nodes")
+    slurm_lab.add_dynamic_node("dyn01")
+    try:
+        wait_for(lambda: "IDLE" in slurm_lab.node_states().get("dyn01", []), "dyn01 to register")
+        args = {**connection(slurm_lab), "names": ["dyn01"], "state": "absent"}
+        removed = run_task("hpcops.slinky.slurm_node", args)
+        assert removed["changed"], removed.get("msg")
+        assert "dyn01" not in slurm_lab.node_states()
+        assert not run_task("hpcops.slinky.slurm_node", args)["changed"]
+    finally:
+        slurm_lab.remove_dynamic_node("dyn01")
+
+
+# -- credentials and errors ---------------------------------------------------------------
+
+
+def test_a_token_is_accepted_and_never_shown(slurm_lab: t.Any) -> None:
+    token = slurm_lab.token("root")
+    result = run_task(
+        "hpcops.slinky.slurm_info", {"url": slurm_lab.url, "token": token, "gather": ["ping"]}
+    )
+    assert not result.failed
+    assert token not in result.output
+
+
+def test_token_from_the_environment_and_module_defaults(slurm_lab: t.Any) -> None:
+    result = run_task(
+        "hpcops.slinky.slurm_info",
+        {"gather": ["partitions"]},
+        env={"SLURMRESTD_URL": slurm_lab.url, "SLURM_JWT": slurm_lab.token("root")},
+    )
+    assert not result.failed, result.get("msg")
+    assert {p["name"] for p in result["partitions"]} == {"batch", "backfill"}
+
+
+def test_a_bad_token_is_a_clear_error(slurm_lab: t.Any) -> None:
+    result = run_task(
+        "hpcops.slinky.slurm_info",
+        {"url": slurm_lab.url, "token": "not-a-jwt", "gather": ["nodes"]},
+    )
+    assert result.failed and "rejected the token" in result["msg"]
+    assert "Traceback" not in result.output and "not-a-jwt" not in result.output
+
+
+def test_a_wrong_key_is_a_clear_error(slurm_lab: t.Any, tmp_path: Path) -> None:
+    wrong_key = tmp_path / "wrong.key"
+    wrong_key.write_bytes(b"x" * 32)
+    result = run_task(
+        "hpcops.slinky.slurm_info", {"url": slurm_lab.url, "jwt_key_path": str(wrong_key)}
+    )
+    assert result.failed and "signed with another key" in result["msg"]
+
+
+def test_an_unreachable_server_is_a_clear_error() -> None:
+    result = run_task(
+        "hpcops.slinky.slurm_info",
+        {"url": "http://127.0.0.1:9", "token": "x", "retries": 1, "timeout": 2},
+    )
+    assert result.failed
+    assert (
+        "cannot reach slurmrestd at http://127.0.0.1:9" in result["msg"]
+        and "after 2 attempts" in result["msg"]
+    )
+
+
+# -- inventory plugin -----------------------------------------------------------------------
+
+
+def test_inventory_groups_nodes(slurm_lab: t.Any, tmp_path: Path, clean_nodes: t.Any) -> None:
+    first = slurm_lab.node_names[0]
+    slurm_lab.run(
+        ["scontrol", "update", f"nodename={first}", "state=drain", "reason=hpcops: inv"], check=True
+    )
+    source = tmp_path / "lab.slurm.yml"
+    source.write_text(
+        yaml.safe_dump(
+            {
+                "plugin": "hpcops.slinky.slurm",
+                "url": slurm_lab.url,
+                "jwt_key_path": str(slurm_lab.jwt_key_path),
+                "compose": {"ansible_host": "slurm_address"},
+                "keyed_groups": [{"key": "slurm_cpus", "prefix": "cpus"}],
+                "cache": True,
+                "cache_plugin": "ansible.builtin.jsonfile",
+                "cache_connection": str(tmp_path / "cache"),
+            }
+        )
+    )
+    inventory = inventory_list(source)
+    assert sorted(inventory["slurm"]["hosts"]) == sorted(slurm_lab.node_names)
+    assert sorted(inventory["slurm_partition_backfill"]["hosts"]) == sorted(slurm_lab.node_names)
+    assert inventory["slurm_state_drained"]["hosts"] == [first]
+    assert first in inventory["slurm_state_drain"]["hosts"]
+    hostvars = inventory["_meta"]["hostvars"][first]
+    assert hostvars["slurm_reason"] == "hpcops: inv"
+    assert hostvars["ansible_host"] == hostvars["slurm_address"]
+    assert any(group.startswith("cpus_") for group in inventory)
+    assert list((tmp_path / "cache").iterdir()), "the cache was not written"
