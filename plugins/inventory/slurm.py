@@ -89,12 +89,12 @@ plugin: hpcops.slinky.slurm
 url: https://slurmrestd.slurm.svc:6820
 jwt_key_path: /etc/slurm/jwt_hs256.key
 partitions: [batch, backfill]
-# Reach the nodes by their Slurm address, and group them by CPU count.
+# Reach the nodes by their Slurm address, and group them by CPU architecture.
 compose:
   ansible_host: slurm_address
 keyed_groups:
-  - key: slurm_cpus
-    prefix: cpus
+  - key: slurm_architecture
+    prefix: arch
 cache: true
 cache_plugin: ansible.builtin.jsonfile
 cache_connection: ~/.cache/hpcops-slurm-inventory

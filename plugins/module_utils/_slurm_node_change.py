@@ -147,7 +147,10 @@ def plan_node_change(name: str, node: JSON | None, request: NodeRequest) -> Node
         return change
 
     if request.features is not None and sorted(request.features) != sorted(node["features"]):
-        body["features"] = list(request.features)
+        # slurmctld refuses available features that leave active ones out ("Active features
+        # not subset of available features"), and only an empty string clears them: send
+        # both, as CSV.
+        body["features"] = body["features_act"] = ",".join(request.features)
     if request.weight is not None and request.weight != node["weight"]:
         body["weight"] = request.weight
     if request.comment is not None and request.comment != node["comment"]:
@@ -180,7 +183,7 @@ def _predict(before: JSON, body: JSON) -> JSON:
     elif body.get("state") in (["RESUME"], ["UNDRAIN"]):
         after["reason"] = ""
     if "features" in body:
-        after["features"] = sorted(body["features"])
+        after["features"] = sorted(filter(None, body["features"].split(",")))
     for key in ("weight", "comment"):
         if key in body:
             after[key] = body[key]

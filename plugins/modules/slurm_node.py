@@ -67,7 +67,9 @@ options:
     type: bool
     default: false
   features:
-    description: The node's available features, as a whole list (the order does not matter).
+    description:
+      - The node's features, as a whole list (the order does not matter). They become both
+        the available and the active features; an empty list clears them.
     type: list
     elements: str
   weight:

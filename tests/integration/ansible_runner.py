@@ -102,11 +102,16 @@ def inventory_list(inventory_file: Path, env: dict[str, str] | None = None) -> d
         [str(BIN / "ansible-inventory"), "-i", str(inventory_file), "--list"],
         capture_output=True,
         text=True,
-        env=ansible_env(**(env or {})),
+        # A source that does not parse must fail the test, not yield an empty inventory.
+        env=ansible_env(ANSIBLE_INVENTORY_UNPARSED_FAILED="true", **(env or {})),
         check=False,
         timeout=120,
     )
     if proc.returncode != 0:
         raise AssertionError(f"ansible-inventory failed ({proc.returncode}):\n{proc.stderr}")
-    inventory: dict[str, t.Any] = json.loads(proc.stdout)
+    # ansible-core marks values from inventory plugins as not to be templated:
+    # {"__ansible_unsafe": value}. The tests compare the values themselves.
+    inventory: dict[str, t.Any] = json.loads(
+        proc.stdout, object_hook=lambda obj: obj.get("__ansible_unsafe", obj)
+    )
     return inventory

@@ -1,50 +1,1191 @@
-#!/usr/bin/env python3
-"""Build phase only (scratch, to be completed)."""
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Real Slurm clusters for the hpcops.slinky tests, one per Slurm release.
+
+Each release runs from a Debian chroot (forky for Slurm 26.05, trixie for 24.11) that is
+built once with debootstrap and cached outside the repository.  ``up`` starts, per release:
+
+* slurmctld in the host network namespace, bound to the address of a bridge the lab creates
+  (``198.18.26.1`` for 26.05, ``198.18.24.1`` for 24.11; RFC 2544 benchmarking range);
+* three slurmd nodes ``cpu01``..``cpu03``, each in its own network namespace and UTS
+  namespace (so ``hostname`` in a job prints the node name), joined to the bridge by a veth
+  pair (``198.18.X.11``..``13``);
+* slurmrestd on ``127.0.0.1`` (26.05: port 16820, 24.11: port 26820) with
+  ``-a rest_auth/jwt -s openapi/slurmctld``, run as the unprivileged chroot user ``slurmrest``.
+
+Authentication is ``auth/slurm`` with a random ``slurm.key`` (no munge) plus ``auth/jwt``
+with a random HS256 key; both are generated at ``up`` under the runtime directory
+(``$HPCOPS_LAB_RUN``, default ``/run/hpcops-lab``), never inside the repository.
+
+Dynamic nodes (26.05): the cluster allows ``MaxNodeCount=64``, both partitions use
+``Nodes=ALL`` and slurmctld runs with ``enable_configless``, so a node started as
+``slurmd -Z --conf-server 198.18.26.1:16817 --conf "RealMemory=4096 Features=dyn"``
+from a network namespace on the lab bridge registers itself and joins ``batch`` and
+``backfill``.  ``SlurmLab.add_dynamic_node(name)`` does exactly that (address ``.100`` and
+up); ``SlurmLab.remove_dynamic_node(name)`` stops that slurmd, deletes the node with
+``scontrol delete nodename=<name>`` and removes its namespace.  A later Kubernetes lab can
+start such nodes itself; everything in a namespace whose name starts with the cluster's
+prefix (``hpl2605-``) and every process whose root is the chroot is cleaned up by ``down``.
+
+CLI::
+
+    python3 tests/lab/slurm_lab.py {up,down,status,env,token} [--release 26.05|24.11|all]
+
+Python API (used by the integration tests)::
+
+    lab = SlurmLab("26.05")
+    lab.up()
+    lab.request("GET", "/slurm/v0.0.44/ping", user="root")
+    lab.run(["sbatch", "--wrap", "sleep 1"], user="alice")
+    lab.down()
+"""
 
 from __future__ import annotations
 
+import argparse
+import base64
+import contextlib
+import ctypes
+import hashlib
+import hmac
 import json
 import os
+import re
+import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
+RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab"))
+
 CHROOT_PACKAGES = ("slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
-CHROOT_USERS = ("slurmrest", "alice", "bob")
+# Dedicated slurmrestd user, then two ordinary users for job-ownership and MCS tests.
+REST_USER = "slurmrest"
+JOB_USERS = {"alice": 2001, "bob": 2002}
+# Bump when the chroot recipe changes so cached chroots are rebuilt.
 CHROOT_RECIPE = 1
-STAMP = "etc/hpcops-lab-stamp.json"
+STAMP_PATH = "etc/hpcops-lab-stamp.json"
+
+# Paths as seen inside the chroot; the runtime directory is bind-mounted there.
+IN_RUN = "/run/hpcops-lab"
+IN_ETC = "/etc/slurm"
+CHROOT_ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Working directory of lab jobs: the chroot's /tmp, a tmpfs that lives as long as the lab.
+JOB_DIR = "/tmp"
+
+STATIC_NODES = ("cpu01", "cpu02", "cpu03")
+STATIC_NODE_LIST = "cpu[01-03]"  # STATIC_NODES as a Slurm host list
+FIRST_NODE_HOST = 11
+FIRST_DYNAMIC_HOST = 100
+# Lab nodes share one machine; cap what each claims so the numbers stay readable.
+MAX_NODE_MEMORY_MB = 4096
+UP_DEADLINE_S = 90.0
+
+EXIT_DOWN = 3
+EXIT_DEGRADED = 1
+
+T = TypeVar("T")
+
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWNET = 0x40000000
 
 
 class LabError(Exception):
-    pass
+    """A lab operation failed; the message says what to look at."""
 
 
 @dataclass(frozen=True)
 class Release:
     name: str
     suite: str
+    debootstrap_script: str | None
+    subnet: str
+    ctld_port: int
+    slurmd_port: int
+    rest_port: int
+    dynamic_nodes: bool
+    # What its slurmrestd offers, measured with GET /openapi/v3 (forky 26.05.5, trixie 24.11.5).
+    api_versions: tuple[str, ...]
+
+    @property
+    def tag(self) -> str:
+        return self.name.replace(".", "")
+
+    @property
+    def cluster(self) -> str:
+        return f"lab{self.tag}"
+
+    @property
+    def prefix(self) -> str:
+        """Prefix of the bridge, namespaces and veths; short enough for IFNAMSIZ."""
+        return f"hpl{self.tag}"
+
+    def address(self, host: int) -> str:
+        return f"{self.subnet}.{host}"
 
 
-def log(msg: str) -> None:
-    print(f"[slurm-lab] {msg}", file=sys.stderr, flush=True)
+RELEASES: dict[str, Release] = {
+    "26.05": Release(
+        name="26.05",
+        suite="forky",
+        # The host's debootstrap has no forky script; sid's works for it.
+        debootstrap_script="sid",
+        subnet="198.18.26",
+        ctld_port=16817,
+        slurmd_port=16818,
+        rest_port=16820,
+        dynamic_nodes=True,
+        api_versions=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+    ),
+    "24.11": Release(
+        name="24.11",
+        suite="trixie",
+        debootstrap_script=None,
+        subnet="198.18.24",
+        ctld_port=26817,
+        slurmd_port=26818,
+        rest_port=26820,
+        dynamic_nodes=False,
+        api_versions=("v0.0.40", "v0.0.41", "v0.0.42"),
+    ),
+}
+
+
+def log(message: str) -> None:
+    print(f"[slurm-lab] {message}", file=sys.stderr, flush=True)
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a host command, failing with its stderr in the message."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+# --------------------------------------------------------------------------------------
+# Chroot
+# --------------------------------------------------------------------------------------
 
 
 def debian_mirror() -> str:
+    """The first non-security mirror URI of the host's apt sources."""
     override = os.environ.get("HPCOPS_LAB_MIRROR")
     if override:
         return override
     for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
         for stanza in path.read_text().split("\n\n"):
-            fields = dict(
-                line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith("#")
-            )
-            uris = fields.get("URIs", "").split()
-            suites = fields.get("Suites", "").split()
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                key, sep, value = line.partition(":")
+                if sep and not line.startswith("#"):
+                    fields[key.strip()] = value.strip()
+            uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
             if uris and suites and not any(s.endswith("-security") for s in suites):
                 return uris[0]
-    raise LabError("no Debian mirror found in /etc/apt/sources.list.d/*.sources; set HPCOPS_LAB_MIRROR")
+    sources_list = Path("/etc/apt/sources.list")
+    if sources_list.exists():
+        for line in sources_list.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb" and "security" not in parts[2]:
+                return parts[1]
+    raise LabError("no Debian mirror in the host's apt sources; set HPCOPS_LAB_MIRROR")
+
+
+def wanted_stamp(release: Release) -> dict[str, Any]:
+    return {
+        "recipe": CHROOT_RECIPE,
+        "suite": release.suite,
+        "packages": list(CHROOT_PACKAGES),
+        "users": [REST_USER, *JOB_USERS],
+    }
+
+
+def chroot_is_current(root: Path, release: Release) -> bool:
+    try:
+        stamp = json.loads((root / STAMP_PATH).read_text())
+    except (OSError, ValueError):
+        return False
+    return all(stamp.get(key) == value for key, value in wanted_stamp(release).items())
+
+
+def chroot_path(release: Release) -> Path:
+    return CACHE_DIR / "chroot" / release.suite
+
+
+def ensure_chroot(release: Release) -> Path:
+    """Return the release's chroot, building it when missing or built from another recipe."""
+    root = chroot_path(release)
+    if chroot_is_current(root, release):
+        return root
+    if shutil.which("debootstrap") is None:
+        raise LabError("debootstrap is missing: run `apt-get install debootstrap` (as root)")
+    log(f"building {release.suite} chroot for Slurm {release.name} (about 1 min)...")
+    started = time.monotonic()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    build_dir = Path(tempfile.mkdtemp(prefix=f".{release.suite}-", dir=root.parent))
+    build_dir.chmod(0o755)  # it becomes "/" for the slurm and job users
+    try:
+        build_chroot(build_dir, release)
+        if root.exists():
+            remove_tree(root)
+        build_dir.rename(root)
+    except BaseException:
+        remove_tree(build_dir)
+        raise
+    log(f"{release.suite} chroot ready in {time.monotonic() - started:.0f} s: {root}")
+    return root
+
+
+def build_chroot(target: Path, release: Release) -> None:
+    mirror = debian_mirror()
+    build_log = target.parent / f"{release.suite}.build.log"
+    build_log.unlink(missing_ok=True)
+    cmd = ["debootstrap", "--variant=minbase", release.suite, str(target), mirror]
+    if release.debootstrap_script:
+        cmd.append(f"/usr/share/debootstrap/scripts/{release.debootstrap_script}")
+    log(f"  debootstrap {release.suite} from {mirror} (log: {build_log})")
+    run_logged(cmd, build_log)
+
+    # Mirrors of testing suites may serve a Release file past its Valid-Until date.
+    (target / "etc/apt/apt.conf.d/99hpcops-lab").write_text('Acquire::Check-Valid-Until "false";\n')
+    # Package scripts must not try to start daemons in the chroot.
+    policy = target / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+
+    log(f"  installing {' '.join(CHROOT_PACKAGES)}")
+    apt = ["chroot", str(target), "apt-get", "-q", "-y"]
+    run_logged([*apt, "update"], build_log)
+    run_logged([*apt, "install", "--no-install-recommends", *CHROOT_PACKAGES], build_log)
+    run_logged([*apt, "clean"], build_log)
+
+    useradd = ["chroot", str(target), "useradd", "--user-group", "--shell", "/bin/sh"]
+    run_logged([*useradd, "--system", "--no-create-home", REST_USER], build_log)
+    for user, uid in JOB_USERS.items():
+        run_logged([*useradd, "--create-home", "--uid", str(uid), user], build_log)
+    # minbase has no /etc/hosts; the lab bind-mounts its own there.
+    (target / "etc/hosts").touch()
+
+    versions = subprocess.run(
+        [
+            "chroot",
+            str(target),
+            "dpkg-query",
+            "-W",
+            "-f",
+            "${Package} ${Version}\n",
+            *CHROOT_PACKAGES,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    stamp = {
+        **wanted_stamp(release),
+        "installed": dict(line.split() for line in versions.splitlines()),
+        "mirror": mirror,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (target / STAMP_PATH).write_text(json.dumps(stamp, indent=2) + "\n")
+
+
+def run_logged(cmd: Sequence[str], log_path: Path) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    with log_path.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        code = subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False
+        ).returncode
+    if code != 0:
+        raise LabError(f"{' '.join(cmd[:4])}... failed ({code}); see {log_path}")
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a chroot tree, never descending into something still mounted there."""
+    unmount_under(path)
+    if mounts_under(path):
+        raise LabError(f"refusing to delete {path}: still mounted: {mounts_under(path)}")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def chroot_user(root: Path, name: str) -> tuple[int, int]:
+    for line in (root / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == name:
+            return int(fields[2]), int(fields[3])
+    raise LabError(f"user {name} does not exist in {root}")
+
+
+# --------------------------------------------------------------------------------------
+# Mounts, namespaces, processes
+# --------------------------------------------------------------------------------------
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below root, deepest first."""
+    prefix = str(root).rstrip("/") + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == str(root) or point.startswith(prefix):
+            points.append(point)
+    return sorted(points, key=lambda p: p.count("/"), reverse=True)
+
+
+def unmount_under(root: Path) -> None:
+    for point in mounts_under(root):
+        if sh("umount", point, check=False).returncode != 0:
+            # Last resort: detach, so a straggler cannot keep the lab half mounted.
+            sh("umount", "--lazy", point, check=False)
+
+
+def bind_mount(source: Path, target: Path, read_only: bool = False) -> None:
+    sh("mount", "--bind", str(source), str(target))
+    if read_only:
+        sh("mount", "-o", "remount,bind,ro", str(target))
+
+
+def lab_netns(release: Release) -> list[str]:
+    names = sh("ip", "netns", "list").stdout.split("\n")
+    return [line.split()[0] for line in names if line.startswith(f"{release.prefix}-")]
+
+
+def port_free(host: str, port: int) -> None:
+    """LabError when something else already listens where the lab wants to."""
+    with socket.socket() as sock:
+        # Without SO_REUSEADDR a port in TIME_WAIT from the previous lab would look taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise LabError(f"{host}:{port} is in use by another program: {err}") from None
+
+
+def lab_links(release: Release) -> list[str]:
+    """The lab's bridge and the host ends of its veth pairs."""
+    return sorted(
+        p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(release.prefix)
+    )
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _checked(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def chroot_setup(
+    root: Path,
+    netns: str | None = None,
+    hostname: str | None = None,
+    ids: tuple[int, int] | None = None,
+) -> Callable[[], None]:
+    """A preexec function: enter a network namespace, own UTS namespace, chroot, drop to a user."""
+
+    def setup() -> None:
+        if netns:
+            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+            _checked(_libc.setns(fd, CLONE_NEWNET), "setns")
+            os.close(fd)
+        if hostname:
+            _checked(_libc.unshare(CLONE_NEWUTS), "unshare")
+            socket.sethostname(hostname)
+        os.chroot(root)
+        os.chdir("/")
+        if ids:
+            os.setgroups([])
+            os.setgid(ids[1])
+            os.setuid(ids[0])
+
+    return setup
+
+
+def pid_root(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/root")
+    except OSError:
+        return None
+
+
+def pids_in_chroot(root: Path) -> list[int]:
+    """Every process whose root directory is the chroot (daemons, slurmstepd, job steps)."""
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and pid_root(int(p.name)) == str(root)
+    ]
+
+
+def pid_alive(pid: int | None, root: Path) -> bool:
+    return pid is not None and pid_root(pid) == str(root) and not is_zombie(pid)
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def stop_pids(pids: Sequence[int], root: Path, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after grace_s, each pid that still runs inside root."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        alive = [pid for pid in pids if pid_alive(pid, root)]
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while any(pid_alive(pid, root) for pid in alive) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in alive:
+            reap(pid)
+
+
+def reap(pid: int) -> None:
+    """Collect a daemon this process started and stopped, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError):  # not our child: PID 1 reaps it
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll probe until it returns something truthy; LabError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.3)
+
+
+# --------------------------------------------------------------------------------------
+# JWT
+# --------------------------------------------------------------------------------------
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def mint_token(key: bytes, user: str, lifespan_s: int = 600) -> str:
+    """An HS256 JWT as Slurm's auth/jwt expects: claims sun, iat, exp; raw key bytes as secret."""
+    now = int(time.time())
+    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = _b64url(
+        json.dumps(
+            {"sun": user, "iat": now, "exp": now + lifespan_s}, separators=(",", ":")
+        ).encode()
+    )
+    signature = hmac.new(key, f"{header}.{claims}".encode(), hashlib.sha256).digest()
+    return f"{header}.{claims}.{_b64url(signature)}"
+
+
+def ping_responding(ping: dict[str, Any]) -> bool:
+    """v0.0.42+ answer "responding"; older parsers only "pinged" (dropped in v0.0.45)."""
+    return ping.get("responding", ping.get("pinged") == "UP") is True
+
+
+# --------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------
+
+
+def node_hardware(root: Path) -> str:
+    """CPU topology and memory from `slurmd -C`, memory capped for the shared host."""
+    proc = subprocess.run(
+        ["slurmd", "-C"],
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=chroot_setup(root),
+        env={"PATH": CHROOT_ENV_PATH},
+    )
+    if proc.returncode != 0:
+        raise LabError(f"slurmd -C in {root} failed: {proc.stderr.strip()}")
+    fields = dict(item.split("=", 1) for item in proc.stdout.split()[1:] if "=" in item)
+    fields.pop("UpTime", None)
+    fields["RealMemory"] = str(min(int(fields["RealMemory"]), MAX_NODE_MEMORY_MB))
+    return " ".join(f"{key}={value}" for key, value in fields.items())
+
+
+def slurm_conf(release: Release, hardware: str) -> str:
+    # Dynamic nodes fetch their configuration from slurmctld (configless), like Slinky's.
+    dynamic = "MaxNodeCount=64\n" if release.dynamic_nodes else ""
+    configless = "SlurmctldParameters=enable_configless\n" if release.dynamic_nodes else ""
+    return f"""\
+# slurm.conf of the hpcops.slinky test lab, Slurm {release.name}; written by tests/lab/slurm_lab.py.
+ClusterName={release.cluster}
+SlurmctldHost={release.prefix}-ctl({release.address(1)})
+SlurmctldPort={release.ctld_port}
+SlurmdPort={release.slurmd_port}
+SlurmUser=slurm
+SlurmdUser=root
+# slurmctld binds to the bridge address, not to every address of the host (slurmd runs in
+# its own network namespace, where binding to any address is harmless).
+CommunicationParameters=NoCtldInAddrAny
+{configless}
+AuthType=auth/slurm
+CredType=cred/slurm
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={IN_ETC}/jwt_hs256.key
+
+StateSaveLocation={IN_RUN}/state
+SlurmdSpoolDir={IN_RUN}/spool/%n
+SlurmctldPidFile={IN_RUN}/pid/slurmctld.pid
+SlurmdPidFile={IN_RUN}/pid/slurmd-%n.pid
+SlurmctldLogFile={IN_RUN}/log/slurmctld.log
+SlurmdLogFile={IN_RUN}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+
+# The host mounts cgroups in hybrid mode: no cgroup enforcement in the lab.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+# Jobs that ask for no memory get a little, so several share a node as on a real site.
+DefMemPerCPU=256
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+JobRequeue=1
+MCSPlugin=mcs/label
+MCSParameters=enforced,select
+ReturnToService=1
+KillWait=5
+MailProg=/bin/true
+# Dynamic nodes register straight with slurmctld; no message forwarding through peers.
+TreeWidth=65533
+{dynamic}
+NodeName={STATIC_NODE_LIST} {hardware} State=UNKNOWN
+PartitionName=batch Nodes=ALL Default=YES PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
+PartitionName=backfill Nodes=ALL PriorityTier=1 PreemptMode=REQUEUE MaxTime=04:00:00 \
+GraceTime=30 State=UP
+"""
+
+
+CGROUP_CONF = "# No cgroup enforcement in the lab (hybrid cgroup host).\nCgroupPlugin=disabled\n"
+
+
+def hosts_file(release: Release) -> str:
+    lines = [Path("/etc/hosts").read_text().rstrip("\n"), f"# hpcops lab {release.cluster}"]
+    lines.append(f"{release.address(1)}\t{release.prefix}-ctl")
+    for index, node in enumerate(STATIC_NODES):
+        lines.append(f"{release.address(FIRST_NODE_HOST + index)}\t{node}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# The lab
+# --------------------------------------------------------------------------------------
+
+
+class SlurmLab:
+    """One Slurm cluster of one release; see the module docstring."""
+
+    def __init__(self, release: str) -> None:
+        if release not in RELEASES:
+            raise LabError(f"unknown release {release!r}; known: {', '.join(RELEASES)}")
+        self.release = RELEASES[release]
+        self.root = chroot_path(self.release)
+        self.run_dir = RUN_DIR / f"slurm-{release}"
+        self.url = f"http://127.0.0.1:{self.release.rest_port}"
+        self.conf_server = f"{self.release.address(1)}:{self.release.ctld_port}"
+        self.node_names = list(STATIC_NODES)
+
+    # ---- paths and state -------------------------------------------------------------
+
+    @property
+    def jwt_key_path(self) -> Path:
+        return self.run_dir / "etc/jwt_hs256.key"
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / "state.json"
+
+    def log_path(self, daemon: str) -> Path:
+        return self.run_dir / "log" / f"{daemon}.log"
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return state
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
+
+    def record_pid(self, name: str, pid: int) -> None:
+        state = self.load_state()
+        state.setdefault("pids", {})[name] = pid
+        self.save_state(state)
+
+    # ---- REST ------------------------------------------------------------------------
+
+    def token(self, user: str = "root", lifespan: int = 600) -> str:
+        try:
+            key = self.jwt_key_path.read_bytes()
+        except OSError:
+            raise LabError(
+                f"Slurm {self.release.name} lab is not up (no {self.jwt_key_path})"
+            ) from None
+        return mint_token(key, user, lifespan)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        user: str = "root",
+        token: str | None = None,
+        auth: bool = True,
+        timeout: float = 30.0,
+    ) -> tuple[int, Any]:
+        """Call slurmrestd as user with a fresh token (or the given one, or none without auth).
+
+        Returns (HTTP status, parsed JSON body or raw text).
+        """
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)  # noqa: S310
+        if auth:
+            req.add_header("X-SLURM-USER-NAME", user)
+            req.add_header("X-SLURM-USER-TOKEN", token if token is not None else self.token(user))
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            # The URL is always http://127.0.0.1:<port>/... built above.
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        except OSError as err:  # URLError, refused, timeout
+            raise LabError(f"{method} {self.url}{path}: {err}") from None
+        text = raw.decode(errors="replace")
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def openapi_spec(self) -> dict[str, Any]:
+        status, spec = self.request("GET", "/openapi/v3")
+        if status != 200 or not isinstance(spec, dict):
+            raise LabError(f"GET /openapi/v3 answered {status}")
+        return spec
+
+    def api_versions(self, spec: dict[str, Any] | None = None) -> list[str]:
+        """The /slurm/vX.Y.Z API versions slurmrestd serves, oldest first."""
+        spec = spec or self.openapi_spec()
+        parsers = spec.get("info", {}).get("x-slurm", {}).get("data_parsers", [])
+        names = [p.get("plugin", "") if isinstance(p, dict) else str(p) for p in parsers]
+        versions = {name.rsplit("/", 1)[-1] for name in names if "v0.0." in name}
+        if not versions:  # releases before 25.05 do not describe their parsers
+            versions = {
+                m.group(1)
+                for p in spec.get("paths", {})
+                if (m := re.match(r"/slurm/(v[\d.]+)/", p))
+            }
+        return sorted(versions, key=lambda v: [int(x) for x in v[1:].split(".")])
+
+    def latest_api(self) -> str:
+        versions = self.load_state().get("api_versions")
+        if not versions:
+            raise LabError(f"Slurm {self.release.name} lab is not up")
+        return str(versions[-1])
+
+    def ping_ok(self) -> bool:
+        try:
+            status, body = self.request("GET", f"/slurm/{self.latest_api()}/ping", timeout=5)
+        except LabError:
+            return False
+        pings = body.get("pings", []) if isinstance(body, dict) else []
+        return status == 200 and bool(pings) and ping_responding(pings[0])
+
+    def get(self, path: str) -> dict[str, Any]:
+        """GET /slurm/<latest API>/<path> as root; the body, or LabError unless HTTP 200."""
+        status, body = self.request("GET", f"/slurm/{self.latest_api()}/{path}")
+        if status != 200 or not isinstance(body, dict):
+            raise LabError(f"GET {path} answered {status}: {body}")
+        return body
+
+    def node(self, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = self.get(f"node/{name}")["nodes"][0]
+        return node
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        job: dict[str, Any] = self.get(f"job/{job_id}")["jobs"][0]
+        return job
+
+    def node_states(self) -> dict[str, list[str]]:
+        return {node["name"]: node["state"] for node in self.get("nodes")["nodes"]}
+
+    def submit_job(self, script: str, *, user: str = "alice", **fields: Any) -> int:
+        """POST job/submit as user: a shell script in JOB_DIR, partition batch unless given."""
+        desc = {
+            "name": "hpcops-lab",
+            "partition": "batch",
+            "current_working_directory": JOB_DIR,
+            "environment": ["PATH=/usr/bin:/bin"],
+            "script": f"#!/bin/sh\n{script}\n",
+            **fields,
+        }
+        path = f"/slurm/{self.latest_api()}/job/submit"
+        status, body = self.request("POST", path, {"job": desc}, user=user)
+        if status != 200 or not isinstance(body, dict) or body.get("errors"):
+            raise LabError(f"job submit as {user} answered {status}: {body}")
+        return int(body["job_id"])
+
+    # ---- commands in the chroot ------------------------------------------------------
+
+    def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        user: str | None = None,
+        check: bool = False,
+        input: str | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command (scontrol, sbatch, ...) inside the chroot, as root or as user."""
+        name = user or "root"
+        ids = chroot_user(self.root, name) if user else None
+        home = "/root" if name == "root" else f"/home/{name}"
+        env = {"PATH": CHROOT_ENV_PATH, "HOME": home, "USER": name, "LOGNAME": name, "LC_ALL": "C"}
+        proc = subprocess.run(
+            list(cmd),
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+            preexec_fn=chroot_setup(self.root, ids=ids),
+        )
+        if check and proc.returncode != 0:
+            raise LabError(
+                f"{' '.join(cmd)} as {name} failed ({proc.returncode}): {proc.stderr.strip()}"
+            )
+        return proc
+
+    def start_daemon(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        *,
+        netns: str | None = None,
+        hostname: str | None = None,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> int:
+        """Start a foreground daemon in the chroot, output to log/<name>.out; return its pid."""
+        ids = chroot_user(self.root, user) if user else None
+        with (self.run_dir / "log" / f"{name}.out").open("ab") as out:
+            proc = subprocess.Popen(
+                list(cmd),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={"PATH": CHROOT_ENV_PATH, "LC_ALL": "C", **(env or {})},
+                start_new_session=True,
+                # The lab runs no threads, so a preexec function is safe here.
+                preexec_fn=chroot_setup(  # noqa: PLW1509
+                    self.root, netns=netns, hostname=hostname, ids=ids
+                ),
+            )
+        self.record_pid(name, proc.pid)
+        return proc.pid
+
+    # ---- up --------------------------------------------------------------------------
+
+    def up(self) -> None:
+        """Start the cluster, or reuse it when it is already up and healthy."""
+        if not chroot_is_current(self.root, self.release):
+            self.down(quiet=True)  # nothing may run in or be mounted into a chroot being replaced
+            ensure_chroot(self.release)
+        if self.is_healthy() and self.config_is_current():
+            log(f"Slurm {self.release.name} lab already up at {self.url}")
+            return
+        if self.load_state() or mounts_under(self.root) or lab_netns(self.release):
+            log(
+                f"Slurm {self.release.name} lab is partially up or its configuration changed: restarting it"
+            )
+            self.down()
+        port_free("127.0.0.1", self.release.rest_port)
+        started = time.monotonic()
+        log(f"starting Slurm {self.release.name} lab ({self.release.cluster})...")
+        try:
+            self.prepare_run_dir()
+            self.mount()
+            self.create_network()
+            self.start_cluster()
+            self.wait_ready(UP_DEADLINE_S)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        log(f"Slurm {self.release.name} lab up in {time.monotonic() - started:.1f} s at {self.url}")
+
+    def config_is_current(self) -> bool:
+        """Whether the running cluster uses the slurm.conf this version of the lab writes."""
+        try:
+            running = (self.run_dir / "etc" / "slurm.conf").read_text()
+        except OSError:
+            return False
+        return running == slurm_conf(self.release, node_hardware(self.root))
+
+    def prepare_run_dir(self) -> None:
+        """Fresh runtime directory: config, keys, empty state and logs."""
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        slurm_uid, slurm_gid = chroot_user(self.root, "slurm")
+        for sub in ("etc", "log", "state", "pid", *(f"spool/{node}" for node in STATIC_NODES)):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("log", "state"):
+            os.chown(self.run_dir / sub, slurm_uid, slurm_gid)
+        etc = self.run_dir / "etc"
+        (etc / "slurm.conf").write_text(slurm_conf(self.release, node_hardware(self.root)))
+        (etc / "cgroup.conf").write_text(CGROUP_CONF)
+        for key_name, size in (("slurm.key", 32), ("jwt_hs256.key", 32)):
+            key_path = etc / key_name
+            key_path.write_bytes(secrets.token_bytes(size))
+            key_path.chmod(0o600)
+            os.chown(key_path, slurm_uid, slurm_gid)
+        (self.run_dir / "hosts").write_text(hosts_file(self.release))
+        self.save_state(
+            {
+                "release": self.release.name,
+                "cluster": self.release.cluster,
+                "chroot": str(self.root),
+                "url": self.url,
+                "conf_server": self.conf_server,
+                "jwt_key": str(self.jwt_key_path),
+                "bridge": self.release.prefix,
+                "pids": {},
+            }
+        )
+
+    def mount(self) -> None:
+        sh("mount", "-t", "proc", "proc", str(self.root / "proc"))
+        sh("mount", "-t", "sysfs", "-o", "ro", "sysfs", str(self.root / "sys"))
+        # Scratch space of daemons and jobs lives only while the lab is up, not in the cache.
+        sh("mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(self.root / "tmp"))
+        sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", str(self.root / "run"))
+        (self.root / IN_RUN.lstrip("/")).mkdir()
+        bind_mount(self.run_dir, self.root / IN_RUN.lstrip("/"))
+        bind_mount(self.run_dir / "etc", self.root / IN_ETC.lstrip("/"))
+        bind_mount(self.run_dir / "hosts", self.root / "etc/hosts", read_only=True)
+
+    def create_network(self) -> None:
+        bridge = self.release.prefix
+        sh("ip", "link", "add", bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{self.release.address(1)}/24", "dev", bridge)
+        sh("ip", "link", "set", bridge, "up")
+        for index, node in enumerate(STATIC_NODES):
+            self.create_node_netns(node, FIRST_NODE_HOST + index)
+
+    def create_node_netns(self, node: str, host: int) -> str:
+        """A network namespace with one veth into the lab bridge; returns its name."""
+        name = f"{self.release.prefix}-{node}"
+        sh("ip", "netns", "add", name)
+        sh("ip", "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name)
+        sh("ip", "link", "set", name, "master", self.release.prefix, "up")
+        for cmd in (
+            ("ip", "addr", "add", f"{self.release.address(host)}/24", "dev", "eth0"),
+            ("ip", "link", "set", "eth0", "up"),
+            ("ip", "link", "set", "lo", "up"),
+        ):
+            sh("ip", "netns", "exec", name, *cmd)
+        return name
+
+    def start_cluster(self) -> None:
+        self.start_daemon("slurmctld", ["slurmctld", "-D"], hostname=f"{self.release.prefix}-ctl")
+        self.wait_for_port(self.release.address(1), self.release.ctld_port, "slurmctld")
+        for node in STATIC_NODES:
+            self.start_daemon(
+                f"slurmd-{node}",
+                ["slurmd", "-D", "-N", node],
+                netns=f"{self.release.prefix}-{node}",
+                hostname=node,
+            )
+        self.start_daemon(
+            "slurmrestd",
+            [
+                "slurmrestd",
+                "-a",
+                "rest_auth/jwt",
+                "-s",
+                "openapi/slurmctld",
+                f"127.0.0.1:{self.release.rest_port}",
+            ],
+            user=REST_USER,
+            env={"SLURM_JWT": "daemon"},
+        )
+        self.wait_for_port("127.0.0.1", self.release.rest_port, "slurmrestd")
+        state = self.load_state()
+        state["api_versions"] = self.api_versions()
+        self.save_state(state)
+
+    def wait_for_port(self, host: str, port: int, daemon: str) -> None:
+        def listening() -> bool:
+            if not pid_alive(self.load_state()["pids"].get(daemon), self.root):
+                raise LabError(f"{daemon} exited during start; see {self.daemon_log(daemon)}")
+            with socket.socket() as sock:
+                sock.settimeout(1)
+                return sock.connect_ex((host, port)) == 0
+
+        wait_until(
+            listening, 30.0, f"{daemon} to listen on {host}:{port}; see {self.daemon_log(daemon)}"
+        )
+
+    def daemon_log(self, daemon: str) -> Path:
+        """The daemon's own log file, or its captured output when it has none."""
+        own = self.log_path(daemon)
+        return own if own.exists() else self.run_dir / "log" / f"{daemon}.out"
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until REST answers ping and every static node is IDLE."""
+
+        def ready() -> bool:
+            return self.ping_ok() and all(
+                self.node_states().get(n) == ["IDLE"] for n in STATIC_NODES
+            )
+
+        try:
+            wait_until(ready, timeout_s, f"Slurm {self.release.name} REST ping and IDLE nodes")
+        except LabError as err:
+            states: dict[str, list[str]] = {}
+            with contextlib.suppress(LabError):
+                states = self.node_states()
+            raise LabError(
+                f"{err} (node states: {states or 'unknown'}); see {self.log_path('slurmctld')} "
+                f"and the other logs in {self.run_dir / 'log'}"
+            ) from None
+
+    # ---- dynamic nodes ---------------------------------------------------------------
+
+    def add_dynamic_node(
+        self, name: str, conf: str = f"RealMemory={MAX_NODE_MEMORY_MB} Features=dyn"
+    ) -> None:
+        """Start `slurmd -Z` for a new node in its own namespace; it registers itself."""
+        if not self.release.dynamic_nodes:
+            raise LabError(f"the Slurm {self.release.name} lab does not allow dynamic nodes")
+        state = self.load_state()
+        taken = state.setdefault("dynamic_nodes", {})
+        if name in taken:
+            raise LabError(f"dynamic node {name} already exists")
+        taken[name] = min(set(range(FIRST_DYNAMIC_HOST, 250)) - set(taken.values()))
+        self.save_state(state)
+        netns = self.create_node_netns(name, taken[name])
+        (self.run_dir / "spool" / name).mkdir(exist_ok=True)
+        self.start_daemon(
+            f"slurmd-{name}",
+            ["slurmd", "-D", "-Z", "--conf-server", self.conf_server, "--conf", conf],
+            netns=netns,
+            hostname=name,
+        )
+
+    def remove_dynamic_node(self, name: str) -> None:
+        """Stop the node's slurmd, delete the node from slurmctld, remove its namespace.
+
+        Idempotent: a node already deleted (e.g. by the code under test) is fine.
+        """
+        state = self.load_state()
+        pid = state.get("pids", {}).pop(f"slurmd-{name}", None)
+        state.get("dynamic_nodes", {}).pop(name, None)
+        self.save_state(state)
+        if pid:
+            stop_pids([pid], self.root)
+        if name in self.node_states():
+            self.run(["scontrol", "delete", f"nodename={name}"], check=True)
+        netns = f"{self.release.prefix}-{name}"
+        if netns in lab_netns(self.release):
+            sh("ip", "netns", "delete", netns)
+
+    # ---- status ----------------------------------------------------------------------
+
+    def daemons_alive(self) -> dict[str, bool]:
+        """Every daemon the lab must run (plus dynamic slurmds it started) and whether it runs."""
+        pids = self.load_state().get("pids", {})
+        required = ["slurmctld", "slurmrestd", *(f"slurmd-{node}" for node in STATIC_NODES)]
+        return {name: pid_alive(pids.get(name), self.root) for name in sorted({*required, *pids})}
+
+    def is_healthy(self) -> bool:
+        return all(self.daemons_alive().values()) and self.ping_ok()
+
+    def status(self) -> dict[str, Any]:
+        """Pids and their liveness, REST URL, API versions and node states."""
+        state = self.load_state()
+        alive = self.daemons_alive()
+        healthy = all(alive.values()) and self.ping_ok()
+        return {
+            "release": self.release.name,
+            "cluster": self.release.cluster,
+            "url": self.url,
+            "daemons": {
+                name: {"pid": state.get("pids", {}).get(name), "alive": ok}
+                for name, ok in alive.items()
+            },
+            "api_versions": state.get("api_versions", []),
+            "nodes": self.node_states() if healthy else {},
+            "healthy": healthy,
+            "up": any(alive.values()),
+        }
+
+    # ---- down ------------------------------------------------------------------------
+
+    def down(self, quiet: bool = False) -> None:
+        """Stop every lab process, undo every mount, delete namespaces, veths and bridge."""
+        if not quiet:
+            log(f"stopping Slurm {self.release.name} lab...")
+        # Daemons first (slurmctld saves its state on SIGTERM), then whatever else runs in the
+        # chroot: slurmstepd and job processes that slurmd leaves behind.
+        stop_pids(list(self.load_state().get("pids", {}).values()), self.root)
+        for _attempt in range(3):  # a dying slurmstepd may still fork; bounded, leftovers() reports
+            stop_pids(pids_in_chroot(self.root), self.root, grace_s=2.0)
+        unmount_under(self.root)
+        for netns in lab_netns(self.release):
+            sh("ip", "netns", "delete", netns, check=False)
+        # Deleting a namespace takes its veth pair along; the bridge (and any straggler) is ours.
+        for link in lab_links(self.release):
+            sh("ip", "link", "delete", link, check=False)
+        self.state_path.unlink(missing_ok=True)
+        problems = self.leftovers()
+        if problems:
+            raise LabError(f"Slurm {self.release.name} lab did not go down cleanly: {problems}")
+
+    def leftovers(self) -> dict[str, list[Any]]:
+        """What of this lab still runs, is mounted or exists; empty when it is fully down."""
+        found: dict[str, list[Any]] = {
+            "processes": pids_in_chroot(self.root),
+            "mounts": mounts_under(self.root),
+            "netns": lab_netns(self.release),
+            "links": lab_links(self.release),
+        }
+        return {key: value for key, value in found.items() if value}
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+
+
+def selected(release: str) -> list[SlurmLab]:
+    names = list(RELEASES) if release == "all" else [release]
+    return [SlurmLab(name) for name in names]
+
+
+def cmd_up(labs: list[SlurmLab], args: argparse.Namespace) -> int:
+    for lab in labs:
+        lab.up()
+    return 0
+
+
+def cmd_down(labs: list[SlurmLab], args: argparse.Namespace) -> int:
+    for lab in labs:
+        lab.down()
+    log("down: no lab process, mount, namespace or bridge left")
+    return 0
+
+
+def cmd_status(labs: list[SlurmLab], args: argparse.Namespace) -> int:
+    reports = [lab.status() for lab in labs]
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    else:
+        for report in reports:
+            print_status(report)
+    if all(r["healthy"] for r in reports):
+        return 0
+    return EXIT_DOWN if not any(r["up"] for r in reports) else EXIT_DEGRADED
+
+
+def print_status(report: dict[str, Any]) -> None:
+    health = "healthy" if report["healthy"] else ("DEGRADED" if report["up"] else "down")
+    print(f"Slurm {report['release']} ({report['cluster']}): {health}")
+    if not report["up"]:
+        return
+    print(f"  REST        {report['url']}  API {' '.join(report['api_versions'])}")
+    for name, daemon in sorted(report["daemons"].items()):
+        print(f"  {name:<14}pid {daemon['pid']!s:<8}{'alive' if daemon['alive'] else 'DEAD'}")
+    for node, state in sorted(report["nodes"].items()):
+        print(f"  node {node:<9}{'+'.join(state)}")
+
+
+def cmd_env(labs: list[SlurmLab], args: argparse.Namespace) -> int:
+    values = {}
+    for lab in labs:
+        state = lab.load_state()
+        if not state:
+            continue
+        prefix = f"SLURM_LAB_{lab.release.tag}"
+        values.update(
+            {
+                f"{prefix}_URL": lab.url,
+                f"{prefix}_JWT_KEY": str(lab.jwt_key_path),
+                f"{prefix}_CLUSTER": lab.release.cluster,
+                f"{prefix}_CONF_SERVER": lab.conf_server,
+                f"{prefix}_API_VERSIONS": " ".join(state.get("api_versions", [])),
+                f"{prefix}_CHROOT": str(lab.root),
+            }
+        )
+    if args.json:
+        print(json.dumps(values, indent=2))
+    else:
+        for key, value in values.items():
+            print(f"export {key}='{value}'")
+    return 0 if values else EXIT_DOWN
+
+
+def cmd_token(labs: list[SlurmLab], args: argparse.Namespace) -> int:
+    if len(labs) != 1:
+        raise LabError("token needs one --release (26.05 or 24.11)")
+    print(labs[0].token(args.user, args.lifespan))
+    return 0
+
+
+COMMANDS = {
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "env": cmd_env,
+    "token": cmd_token,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Real Slurm clusters for the hpcops.slinky tests.")
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("--release", choices=[*RELEASES, "all"], default="all")
+    parser.add_argument("--json", action="store_true", help="status/env: print JSON")
+    parser.add_argument("--user", default="root", help="token: Slurm user name (claim sun)")
+    parser.add_argument("--lifespan", type=int, default=600, help="token: seconds until it expires")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("slurm_lab: must run as root (chroot, mounts, network namespaces)", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[args.command](selected(args.release), args)
+    except (LabError, OSError, subprocess.SubprocessError) as err:
+        print(f"slurm_lab: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

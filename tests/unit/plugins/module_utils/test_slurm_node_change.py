@@ -136,5 +136,11 @@ def test_features_weight_and_comment_only_when_they_differ() -> None:
     assert plan_node_change("cpu01", current, same).action == "none"
     other = NodeRequest(features=("ib",), weight=5, comment="rack 4")
     change = plan_node_change("cpu01", current, other)
-    assert change.body == {"features": ["ib"], "weight": 5}
+    assert change.body == {"features": "ib", "features_act": "ib", "weight": 5}
     assert change.after["features"] == ["ib"] and change.after["weight"] == 5
+
+
+def test_clearing_features_sends_empty_strings() -> None:
+    change = plan_node_change("cpu01", node(features=["ib"]), NodeRequest(features=()))
+    assert change.body == {"features": "", "features_act": ""}
+    assert change.after["features"] == []

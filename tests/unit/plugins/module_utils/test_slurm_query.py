@@ -61,11 +61,13 @@ def test_select_nodes_by_host_list_and_partition() -> None:
 
 
 def test_select_jobs_by_node_partition_state_and_user() -> None:
-    assert [job["job_id"] for job in select_jobs(JOBS, nodes=["cpu[01-02]"])] == [2]
+    running = next(job for job in JOBS if job["state"] == "RUNNING")
+    pending = next(job for job in JOBS if job["state"] == "PENDING")
+    assert [job["job_id"] for job in select_jobs(JOBS, nodes=["cpu[01-02]"])] == [running["job_id"]]
     assert [job["state"] for job in select_jobs(JOBS, partitions=["backfill"])] == ["PENDING"]
     assert [job["user_name"] for job in select_jobs(JOBS, states=["running", "pending"])] == [
         "alice",
         "bob",
     ]
     assert select_jobs(JOBS, users=["alice"], states=["PENDING"]) == []
-    assert [job["job_id"] for job in select_jobs(JOBS, job_ids=["3"])] == [3]
+    assert select_jobs(JOBS, job_ids=[str(pending["job_id"])]) == [pending]

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fixtures that give integration tests a real Slurm cluster per release (tests/lab/slurm_lab.py).
+
+A lab that is already up is reused and left up; a lab the session starts is taken down when
+the session ends.  ``HPCOPS_SLURM_RELEASES`` (e.g. ``26.05`` or ``26.05,24.11``) restricts
+the releases the ``slurm_lab`` fixture is parametrised over.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+
+from slurm_lab import RELEASES, LabError, SlurmLab
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
+    SUPPORTED_API_VERSIONS,
+)
+
+
+def selected_releases() -> list[str]:
+    raw = os.environ.get("HPCOPS_SLURM_RELEASES", "")
+    names = raw.replace(",", " ").split() or list(RELEASES)
+    unknown = [name for name in names if name not in RELEASES]
+    if unknown:
+        raise pytest.UsageError(
+            f"HPCOPS_SLURM_RELEASES: unknown release(s) {unknown}; known: {list(RELEASES)}"
+        )
+    return names
+
+
+class LabSession:
+    """Starts labs on first use and, at the end of the session, stops those it started."""
+
+    def __init__(self) -> None:
+        self.labs: dict[str, SlurmLab] = {}
+        self.started: list[SlurmLab] = []
+
+    def get(self, release: str) -> SlurmLab:
+        # pytest caches a failure of the session fixture, so a broken lab is tried once only.
+        if os.geteuid() != 0:
+            pytest.skip("the Slurm lab needs root (chroot, mounts, network namespaces)")
+        if release not in self.labs:
+            lab = SlurmLab(release)
+            if not lab.is_healthy():
+                try:
+                    lab.up()
+                except LabError as err:
+                    pytest.fail(f"Slurm {release} lab did not come up: {err}", pytrace=False)
+                self.started.append(lab)
+            self.labs[release] = lab
+        return self.labs[release]
+
+    def close(self) -> None:
+        for lab in self.started:
+            lab.down()
+
+
+@pytest.fixture(scope="session")
+def lab_session() -> Iterator[LabSession]:
+    session = LabSession()
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="session", params=selected_releases(), ids=lambda release: f"slurm-{release}")
+def slurm_lab(request: pytest.FixtureRequest, lab_session: LabSession) -> SlurmLab:
+    """A running lab for each selected release; teardown belongs to lab_session."""
+    return lab_session.get(request.param)
+
+
+def api_matrix() -> list[tuple[str, str]]:
+    """(release, API version) for every version both a selected release and the collection speak."""
+    return [
+        (release, version)
+        for release in selected_releases()
+        for version in RELEASES[release].api_versions
+        if version in SUPPORTED_API_VERSIONS
+    ]
+
+
+@pytest.fixture(params=api_matrix(), ids=lambda pair: f"slurm-{pair[0]}-{pair[1]}")
+def slurm_api(request: pytest.FixtureRequest, lab_session: LabSession) -> tuple[SlurmLab, str]:
+    """A running lab and one API version it offers that the collection supports."""
+    release, version = request.param
+    return lab_session.get(release), version
+
+
+@pytest.fixture(scope="session")
+def first_release() -> str:
+    """The release that checks expensive to repeat (a full down and up) run on."""
+    return selected_releases()[0]
