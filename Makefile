@@ -17,18 +17,24 @@ COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/hpcops/slinky
 SANITY_ROOT := $(or $(TMPDIR),/tmp)/hpcops-slinky-sanity/ansible_collections/hpcops/slinky
 VERSION := $(shell sed -n 's/^version: *//p' galaxy.yml)
 TARBALL := $(BUILD)/dist/hpcops-slinky-$(VERSION).tar.gz
+# Every plugin the built tarball must carry (build-check reads their docs from it).
+EXPECTED_PLUGINS := slurm_info slurm_node slurm_job slurm hostlist_expand hostlist_compress
 
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
 export PATH := $(BIN):$(PATH)
+# Modules run on localhost with the virtualenv, which has their Python libraries.
+export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 
-.PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean
+.PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean \
+	lab-up lab-down lab-status record-slurm-fixtures
 
 help:
 	@echo "make demo   build and install the collection, show its plugins and run a playbook with them"
 	@echo "make test   the whole suite: lint, sanity, galaxy build check, unit and integration tests"
 	@echo "make setup  the virtualenv (.venv) and the collection link used by the other targets"
 	@echo "Parts of test: lint sanity build-check changelog-lint ee-check units integration"
+	@echo "The lab (root): lab-up lab-down lab-status; record-slurm-fixtures re-records unit fixtures"
 
 # The venv is rebuilt when a requirements file changes.
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -50,8 +56,8 @@ setup: deps $(BIN)/.installed $(COLLECTION_LINK)
 
 lint: setup
 	@echo ">> ruff"
-	ruff check plugins tests benchmarks
-	ruff format --check plugins tests benchmarks
+	ruff check .
+	ruff format --check .
 	@echo ">> mypy (plugins, read through the collection link so imports resolve once)"
 	mypy $(COLLECTION_LINK)/plugins
 	@echo ">> yamllint"
@@ -77,9 +83,12 @@ build-check: setup
 	@rm -rf $(BUILD)/dist $(BUILD)/installed && mkdir -p $(BUILD)/dist
 	ansible-galaxy collection build --force --output-path $(BUILD)/dist .
 	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-galaxy collection install --no-deps --force -p $(BUILD)/installed $(TARBALL)
-	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-doc -l hpcops.slinky -t filter | tee $(BUILD)/plugins.txt
-	grep -q '^hpcops.slinky.hostlist_expand ' $(BUILD)/plugins.txt
-	grep -q '^hpcops.slinky.hostlist_compress ' $(BUILD)/plugins.txt
+	for type in module inventory filter; do \
+	  ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-doc -l hpcops.slinky -t $$type; \
+	done | tee $(BUILD)/plugins.txt
+	for plugin in $(EXPECTED_PLUGINS); do \
+	  grep -q "^hpcops.slinky.$$plugin " $(BUILD)/plugins.txt || { echo "missing from the tarball: $$plugin"; exit 1; }; \
+	done
 	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-doc -t filter hpcops.slinky.hostlist_expand > /dev/null
 
 changelog-lint: setup
@@ -107,8 +116,36 @@ demo: setup build-check
 	@echo ">> the host list filters on a Slurm node list"
 	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible localhost -m ansible.builtin.debug \
 	  -a "msg={{ 'node[01-04,07],gpu[1-2]' | hpcops.slinky.hostlist_expand }}"
-	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible localhost -m ansible.builtin.debug \
-	  -a "msg={{ ['cn001', 'cn002', 'cn003', 'cn010', 'gpu1'] | hpcops.slinky.hostlist_compress }}"
+	@echo ">> the lab: real Slurm 26.05 and 24.11 (needs root)"
+	$(LAB) up
+	$(LAB) status
+	@echo ">> the slurmrestd modules on Slurm 26.05 (tests/demo/slurm_modules.yml)"
+	eval "$$($(LAB) env --release 26.05)"; \
+	  SLURMRESTD_URL=$$SLURM_LAB_2605_URL SLURM_JWT_KEY_PATH=$$SLURM_LAB_2605_JWT_KEY \
+	  ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i localhost, -c local tests/demo/slurm_modules.yml
+	@echo ">> the Slurm nodes as an inventory (hpcops.slinky.slurm)"
+	eval "$$($(LAB) env --release 26.05)"; \
+	  SLURMRESTD_URL=$$SLURM_LAB_2605_URL SLURM_JWT_KEY_PATH=$$SLURM_LAB_2605_JWT_KEY \
+	  ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-inventory -i tests/demo/lab.slurm.yml --graph
+	@echo ">> the lab stays up: 'make lab-status', 'make lab-down'"
+
+# The local lab: real Slurm 26.05 and 24.11 (see tests/lab/README.md). Needs root.
+LAB := $(PYTHON) tests/lab/slurm_lab.py
+
+lab-up: deps
+	$(LAB) up
+
+lab-down:
+	$(LAB) down
+
+lab-status:
+	$(LAB) status
+
+# Fixtures must come from a freshly started lab, so job ids are the same every time.
+record-slurm-fixtures: deps
+	$(LAB) down
+	$(LAB) up
+	$(PYTHON) tests/lab/record_slurmrestd.py
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output

@@ -212,14 +212,19 @@ def test_down_requeues_a_requeueable_job(slurm_lab: t.Any, clean_nodes: t.Any) -
     assert requeued["nodes"] == "", "the requeued job still holds the node"
 
 
-def test_slurm_job_cancel_by_node_and_partition(slurm_lab: t.Any, clean_nodes: t.Any) -> None:
+def test_slurm_job_cancel_by_node_and_partition(clean_api_nodes: tuple[t.Any, str]) -> None:
+    slurm_lab, api_version = clean_api_nodes
     keep = slurm_lab.submit_job("sleep 300", name="hpcops-it", partition="batch")
     hit = slurm_lab.submit_job("sleep 300", name="hpcops-it", partition="backfill", requeue=True)
     wait_for(
         lambda: all(slurm_lab.job(j)["job_state"] == ["RUNNING"] for j in (keep, hit)),
         "both jobs to run",
     )
-    args = {**connection(slurm_lab), "partitions": ["backfill"], "names": ["hpcops-it"]}
+    args = {
+        **connection(slurm_lab, api_version),
+        "partitions": ["backfill"],
+        "names": ["hpcops-it"],
+    }
     checked = run_task("hpcops.slinky.slurm_job", args, check=True)
     assert [job["job_id"] for job in checked["jobs"]] == [hit] and checked["changed"]
     assert slurm_lab.job(hit)["job_state"] == ["RUNNING"], "check mode touched the job"
@@ -308,7 +313,8 @@ def test_an_unreachable_server_is_a_clear_error() -> None:
 # -- inventory plugin -----------------------------------------------------------------------
 
 
-def test_inventory_groups_nodes(slurm_lab: t.Any, tmp_path: Path, clean_nodes: t.Any) -> None:
+def test_inventory_groups_nodes(clean_api_nodes: tuple[t.Any, str], tmp_path: Path) -> None:
+    slurm_lab, api_version = clean_api_nodes
     first = slurm_lab.node_names[0]
     slurm_lab.run(
         ["scontrol", "update", f"nodename={first}", "state=drain", "reason=hpcops: inv"], check=True
@@ -320,6 +326,7 @@ def test_inventory_groups_nodes(slurm_lab: t.Any, tmp_path: Path, clean_nodes: t
                 "plugin": "hpcops.slinky.slurm",
                 "url": slurm_lab.url,
                 "jwt_key_path": str(slurm_lab.jwt_key_path),
+                "api_version": api_version,
                 "compose": {"ansible_host": "slurm_address"},
                 "keyed_groups": [{"key": "slurm_architecture", "prefix": "arch"}],
                 "cache": True,
