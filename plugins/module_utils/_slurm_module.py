@@ -10,9 +10,12 @@ hpcops.slinky.slurmrestd; keep the two in step.
 from __future__ import annotations
 
 import typing as t
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import SelectionError
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
     SUPPORTED_API_VERSIONS,
     Connection,
@@ -72,3 +75,15 @@ def fail_with(module: AnsibleModule, err: SlurmRestError, **result: t.Any) -> No
     if err.errors:
         details["slurm_errors"] = err.errors
     module.fail_json(msg=str(err), **details, **result)
+
+
+@contextmanager
+def failing_cleanly(module: AnsibleModule, result: dict[str, t.Any]) -> Iterator[None]:
+    """End the module with a clear message, and what it has done so far, on any error of
+    the client or of a filter; never with a traceback."""
+    try:
+        yield
+    except SelectionError as err:
+        module.fail_json(msg=str(err), **result)
+    except SlurmRestError as err:
+        fail_with(module, err, **result)

@@ -148,16 +148,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
     SLURMRESTD_MUTUALLY_EXCLUSIVE,
-    fail_with,
+    failing_cleanly,
     slurm_client,
     slurmrestd_argument_spec,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
-    SelectionError,
     select_jobs,
     select_nodes,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import SlurmRestError
 
 GATHER_CHOICES = ["all", "ping", "diag", "nodes", "jobs", "partitions", "reservations"]
 
@@ -187,7 +185,7 @@ def main() -> None:
     gather = set(GATHER_CHOICES[1:]) if "all" in params["gather"] else set(params["gather"])
     client = slurm_client(module)
     result: dict[str, object] = {"changed": False}
-    try:
+    with failing_cleanly(module, result):
         result["api_version"] = client.api_version
         if "ping" in gather:
             result["ping"] = client.ping()
@@ -215,10 +213,6 @@ def main() -> None:
             ]
         if "reservations" in gather:
             result["reservations"] = client.reservations()
-    except SelectionError as err:
-        module.fail_json(msg=str(err))
-    except SlurmRestError as err:
-        fail_with(module, err)
     module.exit_json(**result)
 
 

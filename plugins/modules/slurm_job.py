@@ -134,15 +134,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
     SLURMRESTD_MUTUALLY_EXCLUSIVE,
-    fail_with,
+    failing_cleanly,
     slurm_client,
     slurmrestd_argument_spec,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
-    SelectionError,
     select_jobs,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import SlurmRestError
 
 SELECTORS = ("job_ids", "nodes", "partitions", "users", "names")
 
@@ -174,7 +172,7 @@ def main() -> None:
     signal = params["signal"] or ("SIGKILL" if params["action"] == "cancel" else "SIGTERM")
     client = slurm_client(module)
     result: dict[str, object] = {"changed": False, "jobs": [], "signal": signal}
-    try:
+    with failing_cleanly(module, result):
         result["api_version"] = client.api_version
         jobs = select_jobs(
             client.jobs(),
@@ -190,10 +188,6 @@ def main() -> None:
         if not module.check_mode:
             for job in jobs:
                 client.signal_job(job["job_id"], signal, batch_only=params["batch_only"])
-    except SelectionError as err:
-        module.fail_json(msg=str(err), **result)
-    except SlurmRestError as err:
-        fail_with(module, err, **result)
     module.exit_json(**result)
 
 

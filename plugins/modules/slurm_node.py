@@ -168,7 +168,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
     SLURMRESTD_MUTUALLY_EXCLUSIVE,
-    fail_with,
+    failing_cleanly,
     slurm_client,
     slurmrestd_argument_spec,
 )
@@ -178,11 +178,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_node_change i
     plan_node_change,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
-    SelectionError,
     expand_hostlists,
     select_jobs,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import SlurmRestError
 
 
 def request_from_params(module: AnsibleModule) -> NodeRequest:
@@ -225,16 +223,14 @@ def main() -> None:
         supports_check_mode=True,
     )
     request = request_from_params(module)
-    try:
+    with failing_cleanly(module, {}):
         names = expand_hostlists(module.params["names"], "names")
-    except SelectionError as err:
-        module.fail_json(msg=str(err))
     if not names:
         module.fail_json(msg="names is empty: give at least one node name or host list")
 
     client = slurm_client(module)
     result: dict[str, object] = {"changed": False, "nodes": [], "foreign_drains": []}
-    try:
+    with failing_cleanly(module, result):
         result["api_version"] = client.api_version
         current = {node["name"]: node for node in client.nodes()}
         changes = [plan_node_change(name, current.get(name), request) for name in names]
@@ -285,10 +281,6 @@ def main() -> None:
                 "before": {change.name: change.before for change in changed},
                 "after": {change.name: change.after for change in changed},
             }
-    except SelectionError as err:
-        module.fail_json(msg=str(err), **result)
-    except SlurmRestError as err:
-        fail_with(module, err, **result)
     module.exit_json(**result)
 
 

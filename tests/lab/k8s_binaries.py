@@ -1,0 +1,579 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Pinned builds of the Kubernetes lab's binaries, cached outside the repository.
+
+Every binary lands in ``$HPCOPS_LAB_CACHE/bin/<name>-<version>`` (default cache
+``/var/cache/hpcops-lab``) and is built only when that file is missing.  After each build
+the binary must report its version (``--version`` or the command's equivalent) before it
+replaces anything in the cache.
+
+* ``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler`` and ``kubectl``:
+  ``k8s.io/kubernetes`` at the exact version the pinned Slinky operator requires, built
+  through a generated wrapper module (``k8s.io/kubernetes`` replaces its staging modules
+  with local paths, so it cannot be built or installed on its own).  The version is
+  stamped with ``-ldflags -X`` as Kubernetes' own build does, so ``/version`` reports it.
+* ``etcd``: the static binary of Debian forky's ``etcd-server`` package, downloaded with
+  apt from a separate sources list and unpacked with ``dpkg -x`` (seconds, where a Go
+  build takes minutes).
+* ``kwok``, ``helm``: ``go install <package>@<version>``.
+* ``slurm-operator``: ``cmd/manager`` of ``github.com/SlinkyProject/slurm-operator``,
+  built in its own module (it has no replace lines).  The source comes from the Go module
+  proxy or, when the proxy does not serve that version, from a checkout of the tag in
+  ``$HPCOPS_SLINKY_OPERATOR_SRC`` or ``$HPCOPS_LAB_CACHE/src/slurm-operator-<version>``.
+
+All Go builds share one ``GOMODCACHE`` and ``GOCACHE`` under ``$HPCOPS_LAB_CACHE/go``.
+
+CLI::
+
+    python3 tests/lab/k8s_binaries.py build [--only NAME ...]   # build what is missing
+    python3 tests/lab/k8s_binaries.py list                      # paths and versions; 1 if any is missing
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_lab import LabError, debian_mirror
+
+CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
+BIN_DIR = CACHE_DIR / "bin"
+GO_DIR = CACHE_DIR / "go"
+APT_DIR = CACHE_DIR / "apt-forky"
+BUILD_LOG_DIR = BIN_DIR / "logs"
+BUILD_TIMES = BIN_DIR / "build-times.json"
+
+SLINKY_OPERATOR_MODULE = "github.com/SlinkyProject/slurm-operator"
+SLINKY_OPERATOR_VERSION = "v1.2.1"
+OPERATOR_SRC_ENV = "HPCOPS_SLINKY_OPERATOR_SRC"
+# The k8s.io/kubernetes version in slurm-operator v1.2.1's go.mod (checked at build time),
+# so the lab's control plane is the version the operator is built and tested against.
+KUBERNETES_VERSION = "v1.36.2"
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+# Kubernetes' own build tags: no SELinux cgo, no test-only code, no gRPC tracing.
+KUBERNETES_BUILD_TAGS = "selinux,notest,grpcnotrace"
+# v0.8 and later need an explicit stages configuration; v0.7 makes pods Running by default.
+KWOK_VERSION = "v0.7.0"
+HELM_VERSION = "v3.19.5"
+ETCD_SERIES = "3.5"
+ETCD_PACKAGE = "etcd-server"
+ETCD_SUITE = "forky"
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+
+def log(message: str) -> None:
+    print(f"[k8s-binaries] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Binary:
+    """One cached binary: how to build it and how to check what it says it is."""
+
+    name: str
+    version: str
+    build: Callable[[Binary, Path], None]
+    check_args: tuple[str, ...]
+    expect: str
+    # Minutes of a cold build on the 2-core lab host (measured), for the progress line.
+    cold_minutes: float
+
+    @property
+    def path(self) -> Path:
+        return BIN_DIR / f"{self.name}-{self.version}"
+
+    @property
+    def build_log(self) -> Path:
+        return BUILD_LOG_DIR / f"{self.name}-{self.version}.log"
+
+
+# --------------------------------------------------------------------------------------
+# Go
+# --------------------------------------------------------------------------------------
+
+
+def go_env(**extra: str) -> dict[str, str]:
+    """The environment of every Go command: the lab's shared caches, no cgo, the local Go."""
+    return {
+        **os.environ,
+        "GOMODCACHE": str(GO_DIR / "mod"),
+        "GOCACHE": str(GO_DIR / "build"),
+        "GOPATH": str(GO_DIR / "path"),
+        # Writable module cache, so `rm -rf $HPCOPS_LAB_CACHE` works.
+        "GOFLAGS": "-modcacherw",
+        # Never download another Go toolchain behind the user's back.
+        "GOTOOLCHAIN": "local",
+        "CGO_ENABLED": "0",
+        **extra,
+    }
+
+
+def require_go() -> None:
+    if shutil.which("go") is None:
+        raise LabError("Go is missing: install Go 1.26 or newer and put `go` on PATH")
+
+
+def run_logged(cmd: Sequence[str], log_path: Path, *, cwd: Path | None = None, **env: str) -> None:
+    """Run a build command with its output appended to log_path; LabError naming the log."""
+    with log_path.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        code = subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=go_env(**env), check=False
+        ).returncode
+    if code != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-5:]
+        raise LabError(
+            f"{' '.join(cmd[:3])}... failed ({code}); see {log_path}:\n  " + "\n  ".join(tail)
+        )
+
+
+def go_mod_download(module_at_version: str) -> dict[str, Any]:
+    """`go mod download -json` of one module: its Dir, GoMod, Info, ... or LabError."""
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", module_at_version],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),  # outside any module, so no go.mod is consulted
+        env=go_env(),
+        check=False,
+    )
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError:
+        info = {"Error": proc.stderr.strip() or f"exit code {proc.returncode}"}
+    if proc.returncode != 0 or "Error" in info:
+        raise LabError(f"go mod download {module_at_version}: {info.get('Error')}")
+    return info
+
+
+def module_info(download: dict[str, Any]) -> dict[str, Any]:
+    """The proxy's .info of a downloaded module (Version, Time and, if known, Origin)."""
+    info: dict[str, Any] = json.loads(Path(download["Info"]).read_text())
+    return info
+
+
+def required_version(go_mod: str, module: str) -> str | None:
+    """The version a go.mod requires of module, or None."""
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def go_directive(go_mod: str) -> str:
+    match = re.search(r"^go\s+(\S+)", go_mod, re.MULTILINE)
+    if not match:
+        raise LabError("go.mod without a go directive")
+    return match.group(1)
+
+
+def go_install(binary: Binary, out: Path, package: str, ldflags: str = "-s -w") -> None:
+    """`go install package@version` into a scratch GOBIN, then move the result to out."""
+    with tempfile.TemporaryDirectory(dir=BIN_DIR) as gobin:
+        run_logged(
+            ["go", "install", "-trimpath", "-ldflags", ldflags, f"{package}@{binary.version}"],
+            binary.build_log,
+            cwd=Path(gobin),
+            GOBIN=gobin,
+        )
+        Path(gobin, package.rsplit("/", 1)[-1]).rename(out)
+
+
+# --------------------------------------------------------------------------------------
+# Slinky operator
+# --------------------------------------------------------------------------------------
+
+
+def slinky_operator_source() -> Path:
+    """The operator's module tree at SLINKY_OPERATOR_VERSION (code, charts and CRDs).
+
+    The Go module proxy first; when it does not serve that version, a checkout of the tag
+    in $HPCOPS_SLINKY_OPERATOR_SRC or in $HPCOPS_LAB_CACHE/src/slurm-operator-<version>.
+    """
+    try:
+        return Path(go_mod_download(f"{SLINKY_OPERATOR_MODULE}@{SLINKY_OPERATOR_VERSION}")["Dir"])
+    except LabError as proxy_error:
+        candidates = [CACHE_DIR / "src" / f"slurm-operator-{SLINKY_OPERATOR_VERSION}"]
+        if os.environ.get(OPERATOR_SRC_ENV):
+            candidates.insert(0, Path(os.environ[OPERATOR_SRC_ENV]))
+        for checkout in candidates:
+            if checkout.is_dir():
+                check_operator_checkout(checkout)
+                return checkout
+        raise LabError(
+            f"{proxy_error}\n  the Go module proxy does not serve it: put a checkout of tag "
+            f"{SLINKY_OPERATOR_VERSION} of https://github.com/SlinkyProject/slurm-operator in "
+            f"{candidates[-1]} or set {OPERATOR_SRC_ENV} to one"
+        ) from None
+
+
+def check_operator_checkout(checkout: Path) -> None:
+    """LabError unless checkout holds the operator module at SLINKY_OPERATOR_VERSION."""
+    try:
+        module_line = (checkout / "go.mod").read_text().splitlines()[0]
+        version = (checkout / "VERSION").read_text().strip()
+    except (OSError, IndexError) as err:
+        raise LabError(f"{checkout} is not a slurm-operator checkout: {err}") from None
+    if module_line != f"module {SLINKY_OPERATOR_MODULE}":
+        raise LabError(f"{checkout}/go.mod is not {SLINKY_OPERATOR_MODULE}: {module_line!r}")
+    if f"v{version}" != SLINKY_OPERATOR_VERSION:
+        raise LabError(f"{checkout} is slurm-operator {version}, not {SLINKY_OPERATOR_VERSION}")
+
+
+def check_kubernetes_pin() -> None:
+    """LabError unless the pinned operator requires exactly KUBERNETES_VERSION."""
+    go_mod = (slinky_operator_source() / "go.mod").read_text()
+    wanted = required_version(go_mod, "k8s.io/kubernetes")
+    if wanted != KUBERNETES_VERSION:
+        raise LabError(
+            f"slurm-operator {SLINKY_OPERATOR_VERSION} requires k8s.io/kubernetes {wanted}, "
+            f"but the lab pins {KUBERNETES_VERSION}: update KUBERNETES_VERSION in {__file__}"
+        )
+
+
+def build_slinky_operator(binary: Binary, out: Path) -> None:
+    # Built in its own module with its own go.sum: the dependency versions its authors tested.
+    run_logged(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "./cmd/manager"],
+        binary.build_log,
+        cwd=slinky_operator_source(),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Kubernetes
+# --------------------------------------------------------------------------------------
+
+
+def kubernetes_wrapper() -> Path:
+    """A module that requires k8s.io/kubernetes and its staging modules; built once, reused.
+
+    k8s.io/kubernetes requires its staging modules (k8s.io/api, client-go, ...) at v0.0.0
+    and replaces them with ./staging paths that a dependency's replace lines cannot use,
+    so the wrapper requires each of them at the published v0.<minor>.<patch>.
+    """
+    wrapper = GO_DIR / "wrappers" / f"kubernetes-{KUBERNETES_VERSION}"
+    if (wrapper / "go.sum").exists():
+        return wrapper
+    download = go_mod_download(f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
+    upstream = Path(download["GoMod"]).read_text()
+    staging = re.findall(r"^\s*(k8s\.io/\S+)\s+=>\s+\./staging/", upstream, re.MULTILINE)
+    if not staging:
+        raise LabError(f"no staging replace lines in {download['GoMod']}")
+    staging_version = "v0." + KUBERNETES_VERSION.split(".", 1)[1]
+    requires = [f"\tk8s.io/kubernetes {KUBERNETES_VERSION}"]
+    requires += [f"\t{module} {staging_version}" for module in staging]
+    go_mod = (
+        "// Generated by tests/lab/k8s_binaries.py: builds Kubernetes commands from modules.\n"
+        "module hpcops.io/lab/kubernetes\n\n"
+        f"go {go_directive(upstream)}\n\nrequire (\n" + "\n".join(requires) + "\n)\n"
+    )
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".kubernetes-", dir=wrapper.parent))
+    try:
+        (scratch / "go.mod").write_text(go_mod)
+        packages = [f"k8s.io/kubernetes/cmd/{command}" for command in KUBERNETES_COMMANDS]
+        # Resolves every dependency of the commands and writes go.sum.
+        run_logged(["go", "get", *packages], BUILD_LOG_DIR / "kubernetes-wrapper.log", cwd=scratch)
+        scratch.rename(wrapper)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return wrapper
+
+
+def kubernetes_ldflags() -> str:
+    """-X flags that stamp the version as Kubernetes' hack/lib/version.sh does."""
+    info = module_info(go_mod_download(f"k8s.io/kubernetes@{KUBERNETES_VERSION}"))
+    major, minor = KUBERNETES_VERSION[1:].split(".")[:2]
+    values = {
+        "gitVersion": KUBERNETES_VERSION,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitCommit": info.get("Origin", {}).get("Hash", ""),
+        "gitTreeState": "clean",
+        # The tag's time, so the same version always builds the same binary.
+        "buildDate": info["Time"],
+    }
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {package}.{key}={value}" for key, value in values.items()]
+    return " ".join(flags)
+
+
+def build_kubernetes_command(binary: Binary, out: Path) -> None:
+    check_kubernetes_pin()
+    wrapper = kubernetes_wrapper()
+    run_logged(
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-tags",
+            KUBERNETES_BUILD_TAGS,
+            "-ldflags",
+            kubernetes_ldflags(),
+            "-o",
+            str(out),
+            f"k8s.io/kubernetes/cmd/{binary.name}",
+        ],
+        binary.build_log,
+        cwd=wrapper,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# kwok, helm
+# --------------------------------------------------------------------------------------
+
+
+def build_kwok(binary: Binary, out: Path) -> None:
+    go_install(binary, out, "sigs.k8s.io/kwok/cmd/kwok")
+
+
+def build_helm(binary: Binary, out: Path) -> None:
+    download = go_mod_download(f"helm.sh/helm/v3@{binary.version}")
+    # Helm's Makefile derives its default Kubernetes version from the client-go it uses.
+    client_go = required_version(Path(download["GoMod"]).read_text(), "k8s.io/client-go")
+    if client_go is None:
+        raise LabError(f"helm {binary.version}: no k8s.io/client-go in its go.mod")
+    kube_major, kube_minor = str(int(client_go[1:].split(".")[0]) + 1), client_go.split(".")[1]
+    commit = module_info(download).get("Origin", {}).get("Hash", "")
+    flags = [
+        "-s",
+        "-w",
+        f"-X helm.sh/helm/v3/internal/version.version={binary.version}",
+        f"-X helm.sh/helm/v3/internal/version.gitCommit={commit}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ]
+    for package in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [
+            f"-X {package}.k8sVersionMajor={kube_major}",
+            f"-X {package}.k8sVersionMinor={kube_minor}",
+        ]
+    go_install(binary, out, "helm.sh/helm/v3/cmd/helm", " ".join(flags))
+
+
+# --------------------------------------------------------------------------------------
+# etcd from Debian
+# --------------------------------------------------------------------------------------
+
+
+def apt_options() -> list[str]:
+    """apt options that read and write only APT_DIR, never the host's sources or lists."""
+    return [
+        f"-o=Dir::Etc::sourcelist={APT_DIR / 'sources.list'}",
+        f"-o=Dir::Etc::sourceparts={APT_DIR / 'sources.list.d'}",
+        f"-o=Dir::State::Lists={APT_DIR / 'lists'}",
+        f"-o=Dir::Cache={APT_DIR / 'cache'}",
+        f"-o=Dir::Cache::archives={APT_DIR / 'archives'}",
+        # Testing suites may serve a Release file past its Valid-Until date.
+        "-o=Acquire::Check-Valid-Until=false",
+        # The download directory belongs to root; do not hand it to the _apt user.
+        "-o=APT::Sandbox::User=root",
+        "-o=Debug::NoLocking=true",
+    ]
+
+
+def build_etcd(binary: Binary, out: Path) -> None:
+    for sub in ("sources.list.d", "lists/partial", "cache", "archives/partial"):
+        (APT_DIR / sub).mkdir(parents=True, exist_ok=True)
+    (APT_DIR / "sources.list").write_text(
+        f"deb [signed-by={DEBIAN_KEYRING}] {debian_mirror()} {ETCD_SUITE} main\n"
+    )
+    run_logged(["apt-get", *apt_options(), "-q", "update"], binary.build_log)
+    with tempfile.TemporaryDirectory(dir=APT_DIR) as scratch:
+        run_logged(
+            ["apt-get", *apt_options(), "-q", "download", ETCD_PACKAGE],
+            binary.build_log,
+            cwd=Path(scratch),
+        )
+        debs = list(Path(scratch).glob(f"{ETCD_PACKAGE}_*.deb"))
+        if len(debs) != 1:
+            raise LabError(f"apt-get download {ETCD_PACKAGE} left {debs}; see {binary.build_log}")
+        run_logged(["dpkg-deb", "-x", str(debs[0]), f"{scratch}/root"], binary.build_log)
+        shutil.move(f"{scratch}/root/usr/bin/etcd", out)
+
+
+# --------------------------------------------------------------------------------------
+# The catalogue
+# --------------------------------------------------------------------------------------
+
+
+def kubernetes_binary(name: str, cold_minutes: float) -> Binary:
+    check = ("version", "--client") if name == "kubectl" else ("--version",)
+    expect = (
+        f"Client Version: {KUBERNETES_VERSION}"
+        if name == "kubectl"
+        else f"Kubernetes {KUBERNETES_VERSION}"
+    )
+    return Binary(name, KUBERNETES_VERSION, build_kubernetes_command, check, expect, cold_minutes)
+
+
+BINARIES: dict[str, Binary] = {
+    b.name: b
+    for b in (
+        kubernetes_binary("kube-apiserver", 12),
+        kubernetes_binary("kube-controller-manager", 4),
+        kubernetes_binary("kube-scheduler", 2),
+        kubernetes_binary("kubectl", 2),
+        Binary(
+            "etcd", ETCD_SERIES, build_etcd, ("--version",), f"etcd Version: {ETCD_SERIES}.", 0.3
+        ),
+        Binary("kwok", KWOK_VERSION, build_kwok, ("--version",), KWOK_VERSION.lstrip("v"), 3),
+        Binary("helm", HELM_VERSION, build_helm, ("version", "--short"), HELM_VERSION, 3),
+        # The operator has no --version flag; -help lists its flags and exits 0.
+        Binary(
+            "slurm-operator",
+            SLINKY_OPERATOR_VERSION,
+            build_slinky_operator,
+            ("-help",),
+            "-propagated-node-conditions",
+            4,
+        ),
+    )
+}
+
+
+def binary(name: str) -> Binary:
+    if name not in BINARIES:
+        raise LabError(f"unknown binary {name!r}; known: {', '.join(BINARIES)}")
+    return BINARIES[name]
+
+
+def check_binary(binary: Binary, path: Path) -> str:
+    """The first line of what the binary says about itself; LabError unless it names the version."""
+    try:
+        proc = subprocess.run(
+            [str(path), *binary.check_args], capture_output=True, text=True, timeout=60, check=False
+        )
+    except OSError as err:
+        raise LabError(f"{path} does not run: {err}") from None
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 or binary.expect not in output:
+        raise LabError(
+            f"{path} {' '.join(binary.check_args)} exited {proc.returncode} without "
+            f"{binary.expect!r}: {output.strip()[:400]}"
+        )
+    return next(line.strip() for line in output.splitlines() if binary.expect in line)
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One build at a time per cache (make and pytest may both ask for the binaries)."""
+    BIN_DIR.mkdir(parents=True, exist_ok=True)
+    with (BIN_DIR / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build_one(binary: Binary) -> float:
+    """Build, check and install one binary; the seconds it took."""
+    BUILD_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    binary.build_log.unlink(missing_ok=True)
+    log(
+        f"building {binary.name} {binary.version} (cold: about {binary.cold_minutes:g} min; log: {binary.build_log})..."
+    )
+    started = time.monotonic()
+    scratch = binary.path.with_name(f".{binary.path.name}.new")
+    scratch.unlink(missing_ok=True)
+    try:
+        binary.build(binary, scratch)
+        scratch.chmod(0o755)
+        said = check_binary(binary, scratch)
+        scratch.rename(binary.path)
+    finally:
+        scratch.unlink(missing_ok=True)
+    elapsed = time.monotonic() - started
+    log(f"built {binary.path} in {format_duration(elapsed)}: {said}")
+    record_build_time(binary, elapsed)
+    return elapsed
+
+
+def record_build_time(binary: Binary, seconds: float) -> None:
+    times = load_build_times()
+    times[binary.path.name] = round(seconds, 1)
+    BUILD_TIMES.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+
+
+def load_build_times() -> dict[str, float]:
+    try:
+        times: dict[str, float] = json.loads(BUILD_TIMES.read_text())
+    except (OSError, ValueError):
+        return {}
+    return times
+
+
+def format_duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def ensure(names: Sequence[str] | None = None) -> dict[str, Path]:
+    """Paths of the named binaries (default: all), building those that are missing."""
+    wanted = [binary(name) for name in (names or BINARIES)]
+    missing = [b for b in wanted if not b.path.exists()]
+    if missing:
+        require_go()
+        timings: dict[str, float] = {}
+        with build_lock():
+            for b in missing:
+                if not b.path.exists():  # another process may have built it meanwhile
+                    timings[b.name] = build_one(b)
+        if timings:
+            summary = ", ".join(f"{name} {format_duration(s)}" for name, s in timings.items())
+            log(f"build times: {summary} (total {format_duration(sum(timings.values()))})")
+    return {b.name: b.path for b in wanted}
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    for name, path in ensure(args.only).items():
+        print(f"{name:<24}{path}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    times = load_build_times()
+    missing = 0
+    for b in BINARIES.values():
+        if not b.path.exists():
+            missing += 1
+            print(f"{b.name:<24}{b.version:<10}MISSING  {b.path}")
+            continue
+        built = times.get(b.path.name)
+        took = f"  (built in {format_duration(built)})" if built is not None else ""
+        print(f"{b.name:<24}{b.version:<10}{b.path}\n{'':<34}{check_binary(b, b.path)}{took}")
+    return 1 if missing else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Pinned, cached binaries of the Kubernetes lab.")
+    parser.add_argument("command", choices=("build", "list"))
+    parser.add_argument(
+        "--only", action="append", choices=list(BINARIES), help="build: just this one (repeatable)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        return cmd_build(args) if args.command == "build" else cmd_list(args)
+    except (LabError, OSError, subprocess.SubprocessError) as err:
+        print(f"k8s_binaries: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

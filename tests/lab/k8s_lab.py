@@ -1,0 +1,814 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A real Kubernetes control plane on 127.0.0.1 for the hpcops.slinky tests, with kwok nodes.
+
+``up`` starts, as plain host processes from the binaries of ``k8s_binaries.py``:
+
+* etcd on ``127.0.0.1:12379`` (peer ``12380``), ``--unsafe-no-fsync``, data in the
+  runtime directory;
+* kube-apiserver on ``https://127.0.0.1:16443`` with RBAC (``--authorization-mode=Node,RBAC``),
+  a static token file, a service-account signing key and issuer, and a serving certificate
+  from the lab's own CA (made with ``openssl`` at each fresh ``up``);
+* kube-controller-manager (``127.0.0.1:16457``) and kube-scheduler (``127.0.0.1:16459``)
+  with their own token kubeconfigs and ``--leader-elect=false``;
+* kwok (health on ``127.0.0.1:16480``), which keeps the lab's Node objects Ready and moves
+  pods scheduled onto them to Running; it manages only nodes annotated
+  ``kwok.x-k8s.io/node=fake``.
+
+The nodes are shaped like a site (see NODES): an interactive pool, two of its nodes with
+four A100 GPUs each and GPU feature discovery labels; a dedicated Slurm pool; and a
+never-touch pool.  The pool is the label ``hpcops.io/pool``.  Node names are valid Slurm node
+names.
+
+The admin kubeconfig is written to ``<repo>/.lab/kubeconfig`` and ``<repo>/.lab/bin`` links
+``kubectl`` and ``helm``.  Everything else lives in ``$HPCOPS_LAB_RUN/k8s`` (default
+``/run/hpcops-lab/k8s``): ``pki/``, ``etcd/``, ``log/``, the component kubeconfigs,
+``tokens.csv`` and ``state.json`` (pids and command lines).
+
+CLI::
+
+    python3 tests/lab/k8s_lab.py {up,down,status,env} [--json]
+
+Python API (used by the integration tests)::
+
+    lab = K8sLab()
+    lab.up()
+    status, body = lab.request("GET", "/api/v1/nodes")
+    lab.down()
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import k8s_binaries
+from k8s_binaries import KUBERNETES_VERSION
+from slurm_lab import LabError, is_zombie, port_free, reap, wait_until
+
+RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "k8s"
+REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
+KUBECONFIG_PATH = REPO_LAB_DIR / "kubeconfig"
+CLIENT_BIN_DIR = REPO_LAB_DIR / "bin"
+CLIENT_TOOLS = ("kubectl", "helm")
+
+HOST = "127.0.0.1"
+ETCD_CLIENT_PORT = 12379
+ETCD_PEER_PORT = 12380
+APISERVER_PORT = 16443
+CONTROLLER_MANAGER_PORT = 16457
+SCHEDULER_PORT = 16459
+KWOK_PORT = 16480
+LAB_PORTS = (
+    ETCD_CLIENT_PORT,
+    ETCD_PEER_PORT,
+    APISERVER_PORT,
+    CONTROLLER_MANAGER_PORT,
+    SCHEDULER_PORT,
+    KWOK_PORT,
+)
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service
+POD_CIDR = "10.244.0.1/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+POOL_LABEL = "hpcops.io/pool"
+GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
+GPU_MEMORY_MB = 81920
+
+READYZ_DEADLINE_S = 90.0
+NODES_DEADLINE_S = 60.0
+STOP_GRACE_S = 10.0
+
+EXIT_DOWN = 3
+EXIT_DEGRADED = 1
+
+# Start order; down stops them in reverse.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Users of the static token file: name -> groups.  The controller-manager and the scheduler
+# get the identities their bootstrap RBAC roles are bound to; kwok writes the status of
+# every node and pod, so it is an administrator like the lab's admin.
+TOKEN_USERS = {
+    "hpcops-lab-admin": "system:masters",
+    "system:kube-controller-manager": "",
+    "system:kube-scheduler": "",
+    "kwok-controller": "system:masters",
+}
+ADMIN_USER = "hpcops-lab-admin"
+COMPONENT_USERS = {
+    "kube-controller-manager": "system:kube-controller-manager",
+    "kube-scheduler": "system:kube-scheduler",
+    "kwok": "kwok-controller",
+}
+
+
+def log(message: str) -> None:
+    print(f"[k8s-lab] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class LabNode:
+    """A kwok Node: name (also a valid Slurm node name), pool and capacity."""
+
+    name: str
+    pool: str
+    cpus: int
+    memory_gib: int
+    gpus: int = 0
+
+    def manifest(self) -> dict[str, Any]:
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            POOL_LABEL: self.pool,
+        }
+        capacity = {
+            "cpu": str(self.cpus),
+            "memory": f"{self.memory_gib}Gi",
+            "ephemeral-storage": "800Gi",
+            "pods": "110",
+        }
+        if self.gpus:
+            # What NVIDIA's GPU feature discovery and device plugin publish.
+            labels |= {
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+                "nvidia.com/gpu.count": str(self.gpus),
+                "nvidia.com/gpu.memory": str(GPU_MEMORY_MB),
+            }
+            capacity["nvidia.com/gpu"] = str(self.gpus)
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": {KWOK_ANNOTATION: "fake"},
+            },
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
+                    "kubeletVersion": KUBERNETES_VERSION,
+                    "osImage": "kwok (hpcops.slinky lab)",
+                },
+            },
+        }
+
+
+NODES = (
+    LabNode("int01", "interactive", cpus=32, memory_gib=256),
+    LabNode("int02", "interactive", cpus=32, memory_gib=256),
+    LabNode("gpu01", "interactive", cpus=64, memory_gib=512, gpus=4),
+    LabNode("gpu02", "interactive", cpus=64, memory_gib=512, gpus=4),
+    LabNode("hpc01", "slurm", cpus=64, memory_gib=512),
+    LabNode("hpc02", "slurm", cpus=64, memory_gib=512),
+    LabNode("svc01", "never-touch", cpus=16, memory_gib=64),
+)
+
+
+# --------------------------------------------------------------------------------------
+# Files: certificates, tokens, kubeconfigs
+# --------------------------------------------------------------------------------------
+
+
+def openssl(*args: str) -> None:
+    proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
+
+
+def make_pki(pki: Path) -> None:
+    """A CA, a serving certificate for 127.0.0.1 signed by it, and a service-account key pair."""
+    pki.mkdir(mode=0o700, parents=True)
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    openssl(
+        "req", "-x509", *ec, "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
+        "-subj", "/CN=hpcops-lab-ca", "-days", "3650",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+    openssl(
+        "req", "-new", *ec, "-keyout", str(pki / "serving.key"), "-out", str(pki / "serving.csr"),
+        "-subj", "/CN=kube-apiserver",
+    )  # fmt: skip
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    names.append("kubernetes.default.svc.cluster.local")
+    san = ",".join([*(f"DNS:{n}" for n in names), f"IP:{HOST}", f"IP:{SERVICE_IP}"])
+    (pki / "serving.ext").write_text(
+        f"subjectAltName={san}\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n"
+    )
+    openssl(
+        "x509", "-req", "-in", str(pki / "serving.csr"), "-CA", str(pki / "ca.crt"),
+        "-CAkey", str(pki / "ca.key"), "-set_serial", str(secrets.randbits(63)), "-days", "825",
+        "-extfile", str(pki / "serving.ext"), "-out", str(pki / "serving.crt"),
+    )  # fmt: skip
+    openssl(
+        "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-out", str(pki / "sa.key"),
+    )  # fmt: skip
+    openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+
+
+def token_file(tokens: dict[str, str]) -> str:
+    """The apiserver's --token-auth-file: token,user,uid[,"group,..."]."""
+    lines = []
+    for user, token in tokens.items():
+        groups = TOKEN_USERS[user]
+        lines.append(f'{token},{user},{user},"{groups}"' if groups else f"{token},{user},{user}")
+    return "\n".join(lines) + "\n"
+
+
+def kubeconfig(ca_path: Path, user: str, token: str) -> str:
+    """A token kubeconfig for the lab's apiserver (JSON is valid kubeconfig YAML).
+
+    The CA is embedded, so a copy of the file works anywhere on the host.
+    """
+    ca_data = base64.b64encode(ca_path.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "hpcops-lab",
+                "cluster": {
+                    "server": f"https://{HOST}:{APISERVER_PORT}",
+                    "certificate-authority-data": ca_data,
+                },
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "hpcops-lab", "context": {"cluster": "hpcops-lab", "user": user}}],
+        "current-context": "hpcops-lab",
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+def write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
+
+
+# --------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------
+
+
+def pid_exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def pid_runs(pid: int | None, exe: Path) -> bool:
+    """Whether pid is a live process of exe (not a recycled pid of another program)."""
+    if pid is None:
+        return False
+    running = pid_exe(pid)
+    # A binary replaced while it runs shows as "<path> (deleted)".
+    return running is not None and running.startswith(str(exe)) and not is_zombie(pid)
+
+
+def stray_pids() -> list[int]:
+    """Processes of the lab's binaries that use the lab's runtime directory.
+
+    Catches what state.json no longer knows about (a crashed `up`, a deleted state file);
+    every command line of the lab names a file below RUN_DIR.
+    """
+    binaries = tuple(str(k8s_binaries.binary(name).path) for name in COMPONENTS)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        exe = pid_exe(int(entry.name))
+        if exe is None or not exe.startswith(binaries):
+            continue
+        with contextlib.suppress(OSError):
+            if str(RUN_DIR).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def stop_pids(pids: Sequence[int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after grace_s, each pid that still runs; reap our children."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        alive = [pid for pid in pids if pid_exe(pid) is not None and not is_zombie(pid)]
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(
+            pid_exe(pid) is not None and not is_zombie(pid) for pid in alive
+        ):
+            time.sleep(0.1)
+        for pid in alive:
+            reap(pid)
+
+
+# --------------------------------------------------------------------------------------
+# The lab
+# --------------------------------------------------------------------------------------
+
+
+class K8sLab:
+    """The control plane and its kwok nodes; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.run_dir = RUN_DIR
+        self.url = f"https://{HOST}:{APISERVER_PORT}"
+        self.kubeconfig_path = KUBECONFIG_PATH
+        self.node_names = [node.name for node in NODES]
+
+    # ---- paths and state -------------------------------------------------------------
+
+    @property
+    def pki(self) -> Path:
+        return self.run_dir / "pki"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.pki / "ca.crt"
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / "state.json"
+
+    def log_path(self, component: str) -> Path:
+        return self.run_dir / "log" / f"{component}.log"
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return state
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
+
+    def token(self, user: str = ADMIN_USER) -> str:
+        """The static token of a lab user (TOKEN_USERS)."""
+        tokens = self.load_state().get("tokens", {})
+        if user not in tokens:
+            raise LabError(
+                f"the Kubernetes lab is not up (no token for {user} in {self.state_path})"
+            )
+        return str(tokens[user])
+
+    # ---- API -------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> tuple[int, Any]:
+        """Call the apiserver with the admin token (or the given one, "" for none).
+
+        Returns (HTTP status, parsed JSON body or raw text).
+        """
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)  # noqa: S310
+        bearer = self.token() if token is None else token
+        if bearer:
+            req.add_header("Authorization", f"Bearer {bearer}")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        context = ssl.create_default_context(cafile=str(self.ca_path))
+        try:
+            # The URL is always https://127.0.0.1:<port>/... built above.
+            with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        except (OSError, ssl.SSLError) as err:  # refused, timeout, certificate
+            raise LabError(f"{method} {self.url}{path}: {err}") from None
+        text = raw.decode(errors="replace")
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def get(self, path: str) -> dict[str, Any]:
+        """GET as admin: the body, or LabError unless HTTP 200."""
+        status, body = self.request("GET", path)
+        if status != 200 or not isinstance(body, dict):
+            raise LabError(f"GET {path} answered {status}: {body}")
+        return body
+
+    def apply(self, path: str, manifest: dict[str, Any]) -> None:
+        """POST manifest to the collection at path; an existing object is left as it is."""
+        status, body = self.request("POST", path, manifest)
+        if status not in (201, 409):
+            raise LabError(f"POST {path} {manifest['metadata']['name']} answered {status}: {body}")
+
+    def readyz(self) -> bool:
+        try:
+            status, _ = self.request("GET", "/readyz", timeout=5)
+        except LabError:
+            return False
+        return status == 200
+
+    def node_conditions(self) -> dict[str, dict[str, str]]:
+        """For each node: condition type -> status."""
+        return {
+            node["metadata"]["name"]: {
+                c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])
+            }
+            for node in self.get("/api/v1/nodes")["items"]
+        }
+
+    # ---- components ------------------------------------------------------------------
+
+    def commands(self) -> dict[str, list[str]]:
+        """The command line of every component, by component name."""
+        binaries = {name: str(k8s_binaries.binary(name).path) for name in COMPONENTS}
+        run, pki = self.run_dir, self.pki
+        serving = [
+            f"--tls-cert-file={pki / 'serving.crt'}",
+            f"--tls-private-key-file={pki / 'serving.key'}",
+        ]
+        return {
+            "etcd": [
+                binaries["etcd"],
+                "--name=hpcops-lab",
+                f"--data-dir={run / 'etcd'}",
+                f"--listen-client-urls=http://{HOST}:{ETCD_CLIENT_PORT}",
+                f"--advertise-client-urls=http://{HOST}:{ETCD_CLIENT_PORT}",
+                f"--listen-peer-urls=http://{HOST}:{ETCD_PEER_PORT}",
+                f"--initial-advertise-peer-urls=http://{HOST}:{ETCD_PEER_PORT}",
+                f"--initial-cluster=hpcops-lab=http://{HOST}:{ETCD_PEER_PORT}",
+                # A throwaway test store: durability is not worth the fsync latency.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            "kube-apiserver": [
+                binaries["kube-apiserver"],
+                f"--etcd-servers=http://{HOST}:{ETCD_CLIENT_PORT}",
+                f"--bind-address={HOST}",
+                f"--advertise-address={HOST}",
+                f"--secure-port={APISERVER_PORT}",
+                *serving,
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={run / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # No kubelet-reachable endpoints to publish for the `kubernetes` Service.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+            ],
+            "kube-controller-manager": [
+                binaries["kube-controller-manager"],
+                *self.component_kubeconfig_flags("kube-controller-manager"),
+                "--leader-elect=false",
+                f"--bind-address={HOST}",
+                f"--secure-port={CONTROLLER_MANAGER_PORT}",
+                *serving,
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                # Each controller acts as its own service account, as on kubeadm clusters.
+                "--use-service-account-credentials=true",
+                "--profiling=false",
+            ],
+            "kube-scheduler": [
+                binaries["kube-scheduler"],
+                *self.component_kubeconfig_flags("kube-scheduler"),
+                "--leader-elect=false",
+                f"--bind-address={HOST}",
+                f"--secure-port={SCHEDULER_PORT}",
+                *serving,
+                "--profiling=false",
+            ],
+            "kwok": [
+                binaries["kwok"],
+                f"--kubeconfig={run / 'kwok.kubeconfig'}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+                f"--cidr={POD_CIDR}",
+                f"--node-ip={HOST}",
+                # Without it kwok serves health and metrics on 0.0.0.0.
+                f"--server-address={HOST}:{KWOK_PORT}",
+            ],
+        }
+
+    def component_kubeconfig_flags(self, component: str) -> list[str]:
+        path = self.run_dir / f"{component}.kubeconfig"
+        return [
+            f"--kubeconfig={path}",
+            f"--authentication-kubeconfig={path}",
+            f"--authorization-kubeconfig={path}",
+        ]
+
+    def start(self, component: str) -> None:
+        """Start one component in its own session, output to log/<component>.log."""
+        cmd = self.load_state()["commands"][component]
+        with self.log_path(component).open("ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.run_dir,
+                env={
+                    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                    "HOME": str(self.run_dir),
+                    "LC_ALL": "C",
+                },
+                start_new_session=True,
+            )
+        state = self.load_state()
+        state["pids"][component] = proc.pid
+        self.save_state(state)
+
+    def components_alive(self) -> dict[str, bool]:
+        pids = self.load_state().get("pids", {})
+        return {
+            name: pid_runs(pids.get(name), k8s_binaries.binary(name).path) for name in COMPONENTS
+        }
+
+    def require_running(self, component: str) -> None:
+        if not self.components_alive()[component]:
+            raise LabError(f"{component} exited during start; see {self.log_path(component)}")
+
+    # ---- up --------------------------------------------------------------------------
+
+    def up(self) -> None:
+        """Start the lab, or reuse it when it is already up, healthy and configured the same."""
+        k8s_binaries.ensure([*COMPONENTS, *CLIENT_TOOLS])
+        if self.is_healthy() and self.load_state().get("commands") == self.commands():
+            self.write_client_files()
+            log(f"Kubernetes lab already up at {self.url}")
+            return
+        if self.load_state() or stray_pids():
+            log("Kubernetes lab is partially up or its configuration changed: restarting it")
+            self.down()
+        for port in LAB_PORTS:
+            port_free(HOST, port)
+        started = time.monotonic()
+        log(f"starting Kubernetes {KUBERNETES_VERSION} lab...")
+        try:
+            self.prepare_run_dir()
+            self.start_control_plane()
+            self.create_nodes()
+            self.wait_ready(NODES_DEADLINE_S)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        self.write_client_files()
+        log(
+            f"Kubernetes lab up in {time.monotonic() - started:.1f} s at {self.url}; "
+            f"KUBECONFIG={self.kubeconfig_path}"
+        )
+
+    def prepare_run_dir(self) -> None:
+        """Fresh runtime directory: certificates, tokens, kubeconfigs, state with commands."""
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        (self.run_dir / "log").mkdir(parents=True)
+        (self.run_dir / "etcd").mkdir(mode=0o700)
+        make_pki(self.pki)
+        tokens = {user: secrets.token_urlsafe(32) for user in TOKEN_USERS}
+        write_private(self.run_dir / "tokens.csv", token_file(tokens))
+        for component, user in COMPONENT_USERS.items():
+            write_private(
+                self.run_dir / f"{component}.kubeconfig",
+                kubeconfig(self.ca_path, user, tokens[user]),
+            )
+        self.save_state(
+            {
+                "kubernetes_version": KUBERNETES_VERSION,
+                "url": self.url,
+                "kubeconfig": str(self.kubeconfig_path),
+                "tokens": tokens,
+                "commands": self.commands(),
+                "pids": {},
+            }
+        )
+        self.state_path.chmod(0o600)  # it holds the tokens
+
+    def start_control_plane(self) -> None:
+        self.start("etcd")
+        self.wait_for("etcd", self.etcd_healthy, 30.0, f"etcd on {HOST}:{ETCD_CLIENT_PORT}")
+        self.start("kube-apiserver")
+        self.wait_for("kube-apiserver", self.readyz, READYZ_DEADLINE_S, f"{self.url}/readyz")
+        for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self.start(component)
+
+    def wait_for(
+        self, component: str, probe: Callable[[], bool], timeout_s: float, what: str
+    ) -> None:
+        """Poll probe until it is true; LabError naming the log when the component dies or is late."""
+
+        def check() -> bool:
+            self.require_running(component)
+            return probe()
+
+        wait_until(check, timeout_s, f"{what}; see {self.log_path(component)}")
+
+    def etcd_healthy(self) -> bool:
+        url = f"http://{HOST}:{ETCD_CLIENT_PORT}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def create_nodes(self) -> None:
+        for node in NODES:
+            self.apply("/api/v1/nodes", node.manifest())
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until every lab node is Ready and the controllers made the default service account."""
+
+        def ready() -> bool:
+            for component in COMPONENTS:
+                self.require_running(component)
+            ready_nodes = {n for n, c in self.node_conditions().items() if c.get("Ready") == "True"}
+            status, _ = self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+            return ready_nodes >= set(self.node_names) and status == 200
+
+        try:
+            wait_until(ready, timeout_s, "Ready kwok nodes and the default service account")
+        except LabError as err:
+            conditions: dict[str, dict[str, str]] = {}
+            with contextlib.suppress(LabError):
+                conditions = self.node_conditions()
+            not_ready = [n for n in self.node_names if conditions.get(n, {}).get("Ready") != "True"]
+            raise LabError(
+                f"{err} (not Ready: {not_ready or 'none'}); see {self.log_path('kwok')} and "
+                f"the other logs in {self.run_dir / 'log'}"
+            ) from None
+
+    def write_client_files(self) -> None:
+        """The admin kubeconfig, and <repo>/.lab/bin/kubectl and helm for `PATH=.lab/bin:$PATH`."""
+        write_private(self.kubeconfig_path, kubeconfig(self.ca_path, ADMIN_USER, self.token()))
+        CLIENT_BIN_DIR.mkdir(parents=True, exist_ok=True)
+        for name in CLIENT_TOOLS:
+            link = CLIENT_BIN_DIR / name
+            link.unlink(missing_ok=True)
+            link.symlink_to(k8s_binaries.binary(name).path)
+
+    # ---- status ----------------------------------------------------------------------
+
+    def is_healthy(self) -> bool:
+        return all(self.components_alive().values()) and self.readyz()
+
+    def status(self) -> dict[str, Any]:
+        """Pids and their liveness, the URL, and node readiness and pools."""
+        state = self.load_state()
+        alive = self.components_alive()
+        healthy = all(alive.values()) and self.readyz()
+        nodes: dict[str, dict[str, str]] = {}
+        if healthy:
+            for node in self.get("/api/v1/nodes")["items"]:
+                conditions = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+                nodes[node["metadata"]["name"]] = {
+                    "pool": node["metadata"].get("labels", {}).get(POOL_LABEL, "-"),
+                    "ready": conditions.get("Ready", "Unknown"),
+                }
+        return {
+            "kubernetes_version": KUBERNETES_VERSION,
+            "url": self.url,
+            "kubeconfig": str(self.kubeconfig_path),
+            "components": {
+                name: {"pid": state.get("pids", {}).get(name), "alive": ok}
+                for name, ok in alive.items()
+            },
+            "nodes": nodes,
+            "healthy": healthy,
+            "up": any(alive.values()),
+        }
+
+    # ---- down ------------------------------------------------------------------------
+
+    def down(self, quiet: bool = False) -> None:
+        """Stop every lab process by pid (kwok first, etcd last) and check none is left."""
+        if not quiet:
+            log("stopping Kubernetes lab...")
+        pids = self.load_state().get("pids", {})
+        for component in reversed(COMPONENTS):
+            pid = pids.get(component)
+            if pid_runs(pid, k8s_binaries.binary(component).path):
+                stop_pids([pid])
+        stop_pids(stray_pids())
+        self.state_path.unlink(missing_ok=True)
+        self.kubeconfig_path.unlink(missing_ok=True)  # its tokens die with the lab
+        left = self.leftovers()
+        if left:
+            raise LabError(f"Kubernetes lab did not go down cleanly: pids {left} still run")
+
+    def leftovers(self) -> list[int]:
+        """Pids of lab processes still running; empty when the lab is down."""
+        return [pid for pid in stray_pids() if not is_zombie(pid)]
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+
+
+def cmd_up(lab: K8sLab, args: argparse.Namespace) -> int:
+    lab.up()
+    return 0
+
+
+def cmd_down(lab: K8sLab, args: argparse.Namespace) -> int:
+    lab.down()
+    log("down: no lab process left")
+    return 0
+
+
+def cmd_status(lab: K8sLab, args: argparse.Namespace) -> int:
+    report = lab.status()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_status(report)
+    if report["healthy"]:
+        return 0
+    return EXIT_DEGRADED if report["up"] else EXIT_DOWN
+
+
+def print_status(report: dict[str, Any]) -> None:
+    health = "healthy" if report["healthy"] else ("DEGRADED" if report["up"] else "down")
+    print(f"Kubernetes {report['kubernetes_version']} lab: {health}")
+    if not report["up"]:
+        return
+    print(f"  API         {report['url']}  KUBECONFIG={report['kubeconfig']}")
+    for name, component in report["components"].items():
+        state = "alive" if component["alive"] else "DEAD"
+        print(f"  {name:<24}pid {component['pid']!s:<8}{state}")
+    for name, node in report["nodes"].items():
+        ready = "Ready" if node["ready"] == "True" else "NotReady"
+        print(f"  node {name:<8}{node['pool']:<13}{ready}")
+
+
+def cmd_env(lab: K8sLab, args: argparse.Namespace) -> int:
+    if not lab.load_state():
+        return EXIT_DOWN
+    values = {
+        "KUBECONFIG": str(lab.kubeconfig_path),
+        "K8S_LAB_URL": lab.url,
+        "K8S_LAB_CA": str(lab.ca_path),
+        "K8S_LAB_VERSION": KUBERNETES_VERSION,
+        "K8S_LAB_BIN": str(CLIENT_BIN_DIR),
+    }
+    if args.json:
+        print(json.dumps(values, indent=2))
+        return 0
+    for key, value in values.items():
+        print(f"export {key}='{value}'")
+    print(f'export PATH="{CLIENT_BIN_DIR}:$PATH"')
+    return 0
+
+
+COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "env": cmd_env}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="A real Kubernetes control plane with kwok nodes for the hpcops.slinky tests."
+    )
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("--json", action="store_true", help="status/env: print JSON")
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](K8sLab(), args)
+    except (LabError, OSError, subprocess.SubprocessError) as err:
+        print(f"k8s_lab: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
