@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from slurm_lab import (
     RELEASES,
+    TEST_RELEASES,
     STATIC_NODES,
     LabError,
     SlurmLab,
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", choices=[*RELEASES, "all"], default="all")
     args = parser.parse_args(argv)
-    releases = list(RELEASES) if args.release == "all" else [args.release]
+    releases = TEST_RELEASES if args.release == "all" else [args.release]
     try:
         for release in releases:
             record_release(SlurmLab(release))

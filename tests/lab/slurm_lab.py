@@ -116,6 +116,11 @@ class Release:
     dynamic_nodes: bool
     # What its slurmrestd offers, measured with GET /openapi/v3 (forky 26.05.5, trixie 24.11.5).
     api_versions: tuple[str, ...]
+    # Node records without a slurmd (State=CLOUD), for benchmarks at a site's scale.
+    scale_nodes: int = 0
+    max_job_count: int = 10000
+    # Whether tests and `--release all` use it; the scale cluster is for benchmarks only.
+    in_test_matrix: bool = True
 
     @property
     def tag(self) -> str:
@@ -158,7 +163,23 @@ RELEASES: dict[str, Release] = {
         dynamic_nodes=False,
         api_versions=("v0.0.40", "v0.0.41", "v0.0.42"),
     ),
+    # Slurm 26.05 with 2,000 extra node records and room for 20,000 jobs (benchmarks/).
+    "scale": Release(
+        name="scale",
+        suite="forky",
+        debootstrap_script="sid",
+        subnet="198.18.27",
+        ctld_port=17817,
+        slurmd_port=17818,
+        rest_port=17820,
+        dynamic_nodes=False,
+        api_versions=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+        scale_nodes=2000,
+        max_job_count=20000,
+        in_test_matrix=False,
+    ),
 }
+TEST_RELEASES = [name for name, release in RELEASES.items() if release.in_test_matrix]
 
 
 def log(message: str) -> None:
@@ -220,7 +241,10 @@ def chroot_is_current(root: Path, release: Release) -> bool:
 
 
 def chroot_path(release: Release) -> Path:
-    return CACHE_DIR / "chroot" / release.suite
+    # Each cluster that may run beside another needs a chroot of its own: `down` stops
+    # every process rooted in its chroot.
+    name = release.suite if release.in_test_matrix else f"{release.suite}-{release.name}"
+    return CACHE_DIR / "chroot" / name
 
 
 def ensure_chroot(release: Release) -> Path:
@@ -528,6 +552,12 @@ def node_hardware(root: Path) -> str:
 def slurm_conf(release: Release, hardware: str) -> str:
     # Dynamic nodes fetch their configuration from slurmctld (configless), like Slinky's.
     dynamic = "MaxNodeCount=64\n" if release.dynamic_nodes else ""
+    # Records only: no slurmd answers for them, and CLOUD keeps slurmctld from pinging them.
+    scale = (
+        f"NodeName=scale[0001-{release.scale_nodes:04d}] CPUs=2 RealMemory=1000 State=CLOUD\n"
+        if release.scale_nodes
+        else ""
+    )
     configless = "SlurmctldParameters=enable_configless\n" if release.dynamic_nodes else ""
     return f"""\
 # slurm.conf of the hpcops.slinky test lab, Slurm {release.name}; written by tests/lab/slurm_lab.py.
@@ -574,8 +604,9 @@ MailProg=/bin/true
 # Dynamic nodes register straight with slurmctld; no message forwarding through peers.
 TreeWidth=65533
 {dynamic}
+MaxJobCount={release.max_job_count}
 NodeName={STATIC_NODE_LIST} {hardware} State=UNKNOWN
-PartitionName=batch Nodes=ALL Default=YES PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
+{scale}PartitionName=batch Nodes=ALL Default=YES PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
 PartitionName=backfill Nodes=ALL PriorityTier=1 PreemptMode=REQUEUE MaxTime=04:00:00 \
 GraceTime=30 State=UP
 """
@@ -1087,7 +1118,7 @@ class SlurmLab:
 
 
 def selected(release: str) -> list[SlurmLab]:
-    names = list(RELEASES) if release == "all" else [release]
+    names = TEST_RELEASES if release == "all" else [release]
     return [SlurmLab(name) for name in names]
 
 
