@@ -3,12 +3,13 @@
 
     sudo .venv/bin/python benchmarks/slurm_info_scale.py [--trials 3] [--jobs 10000]
 
-Starts the lab's `scale` cluster (Slurm 26.05 with 2,000 extra node records) and the usual
+Starts the lab's `scale` cluster (its own chroot: about 1 minute the first time) (Slurm 26.05 with 2,000 extra node records) and the usual
 3-node 26.05 cluster, fills the scale cluster with held jobs, then runs slurm_info
 (gather nodes, jobs and partitions) against each through a counting proxy on 127.0.0.1 and
 prints, per cluster: the module's wall time through ansible-playbook, the wall time and peak
 Python memory of the client work alone (fetch, normalise, filter) and the number of HTTP
-requests per call. The request count must be the same for 3 and 2,003 nodes.
+requests per call. The request count must be the same for 3 and 2,003 nodes. Clusters
+this run started are stopped at the end.
 """
 
 from __future__ import annotations
@@ -156,13 +157,19 @@ def main() -> None:
     args = parser.parse_args()
 
     small, scale = SlurmLab("26.05"), SlurmLab("scale")
-    for lab in (small, scale):
-        lab.up()
-    fill_jobs(scale, args.jobs)
-    rows = [
-        ("Slurm 26.05, 3 nodes", measure(small, args.trials)),
-        ("Slurm 26.05, scale", measure(scale, args.trials)),
-    ]
+    started = [lab for lab in (small, scale) if not lab.is_healthy()]
+    try:
+        for lab in (small, scale):
+            lab.up()
+        fill_jobs(scale, args.jobs)
+        rows = [
+            ("Slurm 26.05, 3 nodes", measure(small, args.trials)),
+            ("Slurm 26.05, scale", measure(scale, args.trials)),
+        ]
+    finally:
+        # Like the test fixtures: stop what this run started, leave the rest up.
+        for lab in started:
+            lab.down()
 
     print(f"\nslurm_info (gather nodes, jobs, partitions), median of {args.trials} trials")
     header = f"{'cluster':<22} {'nodes':>6} {'jobs':>6} {'module s':>9} {'client s':>9} {'client MiB':>10} {'HTTP requests':>14}"
