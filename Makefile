@@ -27,7 +27,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 
 .PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean \
-	lab-up lab-down lab-status record-slurm-fixtures
+	lab-up lab-down lab-status record-slurm-fixtures benchmarks
 
 help:
 	@echo "make demo   build and install the collection, show its plugins and run a playbook with them"
@@ -146,6 +146,10 @@ record-slurm-fixtures: deps
 	$(LAB) down
 	$(LAB) up
 	$(PYTHON) tests/lab/record_slurmrestd.py
+
+# Figures, not tests: each script prints a table (see benchmarks/).
+benchmarks: setup
+	$(BIN)/python benchmarks/slurm_info_scale.py
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output
