@@ -104,6 +104,7 @@ def test_slurm_info_per_api_version(clean_api_nodes: tuple[t.Any, str]) -> None:
         },
     )
     assert not result.failed, result.get("msg")
+    assert result["changed"] is False
     assert result["api_version"] == api_version
     assert [n["name"] for n in result["nodes"]] == [node]
     assert result["nodes"][0]["state"] in ("ALLOCATED", "MIXED")
