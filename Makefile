@@ -27,7 +27,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 
 .PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean \
-	lab-up lab-down lab-status record-slurm-fixtures benchmarks
+	lab-up lab-down lab-status k8s-binaries record-slurm-fixtures benchmarks
 
 help:
 	@echo "make demo   build and install the collection, show its plugins and run a playbook with them"
@@ -127,19 +127,31 @@ demo: setup build-check
 	eval "$$($(LAB) env --release 26.05)"; \
 	  SLURMRESTD_URL=$$SLURM_LAB_2605_URL SLURM_JWT_KEY_PATH=$$SLURM_LAB_2605_JWT_KEY \
 	  ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-inventory -i tests/demo/lab.slurm.yml --graph
+	@echo ">> the Kubernetes control plane with kwok nodes (first run builds it from Go modules: about 25 min)"
+	$(K8S_LAB) up
+	eval "$$($(K8S_LAB) env)"; kubectl get nodes -L hpcops.io/pool,nvidia.com/gpu.product
 	@echo ">> the lab stays up: 'make lab-status', 'make lab-down'"
 
-# The local lab: real Slurm 26.05 and 24.11 (see tests/lab/README.md). Needs root.
+# The local lab (see tests/lab/README.md): real Slurm 26.05 and 24.11, and a real
+# Kubernetes control plane with kwok nodes built from Go modules. Needs root.
 LAB := $(PYTHON) tests/lab/slurm_lab.py
+K8S_LAB := $(PYTHON) tests/lab/k8s_lab.py
 
 lab-up: deps
 	$(LAB) up
+	$(K8S_LAB) up
 
 lab-down:
+	$(K8S_LAB) down
 	$(LAB) down
 
 lab-status:
-	$(LAB) status
+	$(LAB) status; slurm=$$?; $(K8S_LAB) status; k8s=$$?; exit $$((slurm > k8s ? slurm : k8s))
+
+# Pinned builds of kube-apiserver, controller-manager, scheduler, kubectl, kwok, helm and the
+# Slinky operator, cached outside the repo (cold: about 25 minutes on 2 cores).
+k8s-binaries: deps
+	$(PYTHON) tests/lab/k8s_binaries.py build
 
 # Fixtures must come from a freshly started lab, so job ids are the same every time.
 record-slurm-fixtures: deps

@@ -119,7 +119,7 @@ def measure(lab: SlurmLab, trials: int) -> dict[str, t.Any]:
     proxy = CountingProxy(lab.release.rest_port)
     module_times, requests = [], []
     try:
-        for _ in range(trials):
+        for _trial in range(trials):
             before = proxy.count
             started = time.perf_counter()
             result = run_task(
@@ -137,7 +137,7 @@ def measure(lab: SlurmLab, trials: int) -> dict[str, t.Any]:
         counts = (len(result["nodes"]), len(result["jobs"]))
     finally:
         proxy.close()
-    client = [client_run(lab) for _ in range(trials)]
+    client = [client_run(lab) for _trial in range(trials)]
     return {
         "nodes": counts[0],
         "jobs": counts[1],

@@ -2,7 +2,7 @@
 """The ``k8s_lab`` session fixture: the Kubernetes lab of tests/lab/k8s_lab.py.
 
 A lab that is already up is reused and left up; a lab the session starts is taken down when
-the session ends.  Test modules import the fixture (``from k8s_fixtures import k8s_lab``).
+the session ends.  Test modules load it with ``pytest_plugins = ["k8s_fixtures"]``.
 """
 
 from __future__ import annotations

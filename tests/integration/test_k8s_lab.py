@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 from k8s_binaries import KUBERNETES_VERSION, binary
-from k8s_fixtures import k8s_lab  # noqa: F401 (a fixture)
 from k8s_lab import GPU_PRODUCT, NODES, POOL_LABEL, K8sLab
 from slurm_lab import wait_until
 
 pytestmark = pytest.mark.integration
+# The k8s_lab session fixture.
+pytest_plugins = ["k8s_fixtures"]
 
 
 @pytest.fixture
-def namespace(k8s_lab: K8sLab) -> Iterator[str]:  # noqa: F811
+def namespace(k8s_lab: K8sLab) -> Iterator[str]:
     """A namespace of its own per test, deleted afterwards (the controllers empty it)."""
     name = f"hpcops-lab-test-{secrets.token_hex(3)}"
     k8s_lab.apply("/api/v1/namespaces", {"metadata": {"name": name}})
@@ -26,13 +27,13 @@ def namespace(k8s_lab: K8sLab) -> Iterator[str]:  # noqa: F811
     k8s_lab.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
-def test_version_is_the_pinned_kubernetes(k8s_lab: K8sLab) -> None:  # noqa: F811
+def test_version_is_the_pinned_kubernetes(k8s_lab: K8sLab) -> None:
     version = k8s_lab.get("/version")
     assert version["gitVersion"] == KUBERNETES_VERSION
     assert (version["major"], version["minor"]) == tuple(KUBERNETES_VERSION[1:].split(".")[:2])
 
 
-def test_kubectl_lists_the_lab_nodes(k8s_lab: K8sLab) -> None:  # noqa: F811
+def test_kubectl_lists_the_lab_nodes(k8s_lab: K8sLab) -> None:
     kubectl = str(binary("kubectl").path)
     proc = subprocess.run(
         [kubectl, "--kubeconfig", str(k8s_lab.kubeconfig_path), "get", "nodes", "-o", "name"],
@@ -58,7 +59,7 @@ def service_account_token(lab: K8sLab, namespace: str, name: str) -> str:
 
 
 def test_rbac_denies_an_unprivileged_token_and_allows_the_admin(
-    k8s_lab: K8sLab,  # noqa: F811
+    k8s_lab: K8sLab,
     namespace: str,
 ) -> None:
     nobody = service_account_token(k8s_lab, namespace, "nobody")
@@ -67,13 +68,13 @@ def test_rbac_denies_an_unprivileged_token_and_allows_the_admin(
     assert status == 403, body
     assert f"system:serviceaccount:{namespace}:nobody" in body["message"]
 
-    status, _ = k8s_lab.request("GET", "/api/v1/nodes", token="not-a-token")
+    status, _body = k8s_lab.request("GET", "/api/v1/nodes", token="not-a-token")
     assert status == 401
-    status, _ = k8s_lab.request("GET", "/api/v1/nodes")
+    status, _body = k8s_lab.request("GET", "/api/v1/nodes")
     assert status == 200
 
 
-def test_kwok_nodes_are_ready_and_labelled_by_pool(k8s_lab: K8sLab) -> None:  # noqa: F811
+def test_kwok_nodes_are_ready_and_labelled_by_pool(k8s_lab: K8sLab) -> None:
     nodes = {n["metadata"]["name"]: n for n in k8s_lab.get("/api/v1/nodes")["items"]}
     pools = {node.name: node.pool for node in NODES}
     assert sorted(nodes) == sorted(pools)
@@ -86,7 +87,7 @@ def test_kwok_nodes_are_ready_and_labelled_by_pool(k8s_lab: K8sLab) -> None:  # 
     assert sorted(pools.values()).count("never-touch") == 1
 
 
-def test_gpu_nodes_publish_gpus_and_feature_labels(k8s_lab: K8sLab) -> None:  # noqa: F811
+def test_gpu_nodes_publish_gpus_and_feature_labels(k8s_lab: K8sLab) -> None:
     gpu_nodes = [node for node in NODES if node.gpus]
     assert len(gpu_nodes) == 2
     for lab_node in gpu_nodes:
@@ -120,7 +121,7 @@ def deployment(name: str, pool: str) -> dict[str, Any]:
 
 
 def test_deployment_pod_is_scheduled_onto_a_kwok_node_and_running(
-    k8s_lab: K8sLab,  # noqa: F811
+    k8s_lab: K8sLab,
     namespace: str,
 ) -> None:
     k8s_lab.apply(f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment("web", "slurm"))
@@ -140,7 +141,7 @@ def test_deployment_pod_is_scheduled_onto_a_kwok_node_and_running(
     assert replica_set["metadata"]["ownerReferences"][0]["name"] == "web"
 
 
-def test_down_leaves_no_process_and_up_starts_again(k8s_lab: K8sLab) -> None:  # noqa: F811
+def test_down_leaves_no_process_and_up_starts_again(k8s_lab: K8sLab) -> None:
     k8s_lab.down()
     assert k8s_lab.leftovers() == []
     assert not k8s_lab.kubeconfig_path.exists()

@@ -86,7 +86,8 @@ class Binary:
     build: Callable[[Binary, Path], None]
     check_args: tuple[str, ...]
     expect: str
-    # Minutes of a cold build on the 2-core lab host (measured), for the progress line.
+    # Minutes of a cold build on the 2-core lab host, measured in catalogue order (the
+    # Kubernetes commands share most packages), for the progress line.
     cold_minutes: float
 
     @property
@@ -209,6 +210,9 @@ def slinky_operator_source() -> Path:
         for checkout in candidates:
             if checkout.is_dir():
                 check_operator_checkout(checkout)
+                log(
+                    f"the Go module proxy does not serve the operator; using the checkout {checkout}"
+                )
                 return checkout
         raise LabError(
             f"{proxy_error}\n  the Go module proxy does not serve it: put a checkout of tag "
@@ -282,14 +286,35 @@ def kubernetes_wrapper() -> Path:
     scratch = Path(tempfile.mkdtemp(prefix=".kubernetes-", dir=wrapper.parent))
     try:
         (scratch / "go.mod").write_text(go_mod)
-        packages = [f"k8s.io/kubernetes/cmd/{command}" for command in KUBERNETES_COMMANDS]
-        # Resolves every dependency of the commands and writes go.sum.
+        # Resolves every dependency of the commands and writes go.sum.  Each package names
+        # the version: without it `go get` would upgrade k8s.io/kubernetes to the latest patch.
+        packages = [
+            f"k8s.io/kubernetes/cmd/{command}@{KUBERNETES_VERSION}"
+            for command in KUBERNETES_COMMANDS
+        ]
         run_logged(["go", "get", *packages], BUILD_LOG_DIR / "kubernetes-wrapper.log", cwd=scratch)
+        check_wrapper_version(scratch)
         scratch.rename(wrapper)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return wrapper
+
+
+def check_wrapper_version(wrapper: Path) -> None:
+    """LabError unless the wrapper resolved k8s.io/kubernetes to exactly KUBERNETES_VERSION."""
+    resolved = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes"],
+        capture_output=True,
+        text=True,
+        cwd=wrapper,
+        env=go_env(),
+        check=False,
+    ).stdout.strip()
+    if resolved != KUBERNETES_VERSION:
+        raise LabError(
+            f"the Kubernetes wrapper module resolved k8s.io/kubernetes {resolved!r}, not {KUBERNETES_VERSION}"
+        )
 
 
 def kubernetes_ldflags() -> str:
@@ -423,15 +448,15 @@ def kubernetes_binary(name: str, cold_minutes: float) -> Binary:
 BINARIES: dict[str, Binary] = {
     b.name: b
     for b in (
-        kubernetes_binary("kube-apiserver", 12),
-        kubernetes_binary("kube-controller-manager", 4),
-        kubernetes_binary("kube-scheduler", 2),
-        kubernetes_binary("kubectl", 2),
+        kubernetes_binary("kube-apiserver", 11),
+        kubernetes_binary("kube-controller-manager", 2),
+        kubernetes_binary("kube-scheduler", 0.2),
+        kubernetes_binary("kubectl", 0.7),
         Binary(
             "etcd", ETCD_SERIES, build_etcd, ("--version",), f"etcd Version: {ETCD_SERIES}.", 0.3
         ),
-        Binary("kwok", KWOK_VERSION, build_kwok, ("--version",), KWOK_VERSION.lstrip("v"), 3),
-        Binary("helm", HELM_VERSION, build_helm, ("version", "--short"), HELM_VERSION, 3),
+        Binary("kwok", KWOK_VERSION, build_kwok, ("--version",), KWOK_VERSION.lstrip("v"), 4),
+        Binary("helm", HELM_VERSION, build_helm, ("version", "--short"), HELM_VERSION, 2.5),
         # The operator has no --version flag; -help lists its flags and exits 0.
         Binary(
             "slurm-operator",
@@ -439,7 +464,7 @@ BINARIES: dict[str, Binary] = {
             build_slinky_operator,
             ("-help",),
             "-propagated-node-conditions",
-            4,
+            3.5,
         ),
     )
 }

@@ -122,6 +122,10 @@ def log(message: str) -> None:
     print(f"[k8s-lab] {message}", file=sys.stderr, flush=True)
 
 
+class ComponentExited(LabError):
+    """A lab process died while the lab waited for it."""
+
+
 @dataclass(frozen=True)
 class LabNode:
     """A kwok Node: name (also a valid Slurm node name), pool and capacity."""
@@ -193,6 +197,8 @@ NODES = (
 
 
 def openssl(*args: str) -> None:
+    if shutil.which("openssl") is None:
+        raise LabError("openssl is missing: run `apt-get install openssl` (as root)")
     proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise LabError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
@@ -401,14 +407,14 @@ class K8sLab:
             req.add_header("Authorization", f"Bearer {bearer}")
         if data is not None:
             req.add_header("Content-Type", content_type)
-        context = ssl.create_default_context(cafile=str(self.ca_path))
         try:
+            context = ssl.create_default_context(cafile=str(self.ca_path))
             # The URL is always https://127.0.0.1:<port>/... built above.
             with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as err:
             status, raw = err.code, err.read()
-        except (OSError, ssl.SSLError) as err:  # refused, timeout, certificate
+        except OSError as err:  # no CA file, refused, timeout, certificate (ssl.SSLError)
             raise LabError(f"{method} {self.url}{path}: {err}") from None
         text = raw.decode(errors="replace")
         try:
@@ -431,7 +437,7 @@ class K8sLab:
 
     def readyz(self) -> bool:
         try:
-            status, _ = self.request("GET", "/readyz", timeout=5)
+            status, _body = self.request("GET", "/readyz", timeout=5)
         except LabError:
             return False
         return status == 200
@@ -559,7 +565,7 @@ class K8sLab:
 
     def require_running(self, component: str) -> None:
         if not self.components_alive()[component]:
-            raise LabError(f"{component} exited during start; see {self.log_path(component)}")
+            raise ComponentExited(f"{component} exited; see {self.log_path(component)}")
 
     # ---- up --------------------------------------------------------------------------
 
@@ -655,11 +661,15 @@ class K8sLab:
             for component in COMPONENTS:
                 self.require_running(component)
             ready_nodes = {n for n, c in self.node_conditions().items() if c.get("Ready") == "True"}
-            status, _ = self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+            status, _body = self.request(
+                "GET", "/api/v1/namespaces/default/serviceaccounts/default"
+            )
             return ready_nodes >= set(self.node_names) and status == 200
 
         try:
             wait_until(ready, timeout_s, "Ready kwok nodes and the default service account")
+        except ComponentExited:
+            raise
         except LabError as err:
             conditions: dict[str, dict[str, str]] = {}
             with contextlib.suppress(LabError):
@@ -776,6 +786,7 @@ def print_status(report: dict[str, Any]) -> None:
 
 def cmd_env(lab: K8sLab, args: argparse.Namespace) -> int:
     if not lab.load_state():
+        log("the Kubernetes lab is not up")
         return EXIT_DOWN
     values = {
         "KUBECONFIG": str(lab.kubeconfig_path),

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from slurm_lab import (
     RELEASES,
-    TEST_RELEASES,
     STATIC_NODES,
+    TEST_RELEASES,
     LabError,
     SlurmLab,
     mint_token,
