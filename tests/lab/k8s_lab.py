@@ -45,7 +45,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -59,7 +58,7 @@ from typing import Any
 
 import k8s_binaries
 from k8s_binaries import KUBERNETES_VERSION
-from slurm_lab import LabError, is_zombie, port_free, reap, wait_until
+from slurm_lab import LabError, is_zombie, port_free, stop_pids, wait_until
 
 RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "k8s"
 REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
@@ -318,25 +317,9 @@ def stray_pids() -> list[int]:
     return found
 
 
-def stop_pids(pids: Sequence[int], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM, then SIGKILL after grace_s, each pid that still runs; reap our children."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        alive = [pid for pid in pids if pid_exe(pid) is not None and not is_zombie(pid)]
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(
-            pid_exe(pid) is not None and not is_zombie(pid) for pid in alive
-        ):
-            time.sleep(0.1)
-        for pid in alive:
-            reap(pid)
-
-
-# --------------------------------------------------------------------------------------
-# The lab
-# --------------------------------------------------------------------------------------
+def running(pid: int) -> bool:
+    """A process of ours that has not exited (pid_exe is None once it is gone)."""
+    return pid_exe(pid) is not None and not is_zombie(pid)
 
 
 class K8sLab:
@@ -730,8 +713,8 @@ class K8sLab:
         for component in reversed(COMPONENTS):
             pid = pids.get(component)
             if pid_runs(pid, k8s_binaries.binary(component).path):
-                stop_pids([pid])
-        stop_pids(stray_pids())
+                stop_pids([pid], running, STOP_GRACE_S)
+        stop_pids(stray_pids(), running, STOP_GRACE_S)
         self.state_path.unlink(missing_ok=True)
         self.kubeconfig_path.unlink(missing_ok=True)  # its tokens die with the lab
         left = self.leftovers()

@@ -467,18 +467,23 @@ def is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def stop_pids(pids: Sequence[int], root: Path, grace_s: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after grace_s, each pid that still runs inside root."""
+def stop_pids(pids: Sequence[int], running: Callable[[int], bool], grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after grace_s, each pid that `running` says is still ours."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        alive = [pid for pid in pids if pid_alive(pid, root)]
+        alive = [pid for pid in pids if running(pid)]
         for pid in alive:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while any(pid_alive(pid, root) for pid in alive) and time.monotonic() < deadline:
+        while any(running(pid) for pid in alive) and time.monotonic() < deadline:
             time.sleep(0.1)
         for pid in alive:
             reap(pid)
+
+
+def in_chroot(root: Path) -> Callable[[int], bool]:
+    """The liveness test for processes of one lab: alive and rooted in its chroot."""
+    return lambda pid: pid_alive(pid, root)
 
 
 def reap(pid: int) -> None:
@@ -1042,7 +1047,7 @@ class SlurmLab:
         state.get("dynamic_nodes", {}).pop(name, None)
         self.save_state(state)
         if pid:
-            stop_pids([pid], self.root)
+            stop_pids([pid], in_chroot(self.root))
         if name in self.node_states():
             self.run(["scontrol", "delete", f"nodename={name}"], check=True)
         netns = f"{self.release.prefix}-{name}"
@@ -1087,9 +1092,9 @@ class SlurmLab:
             log(f"stopping Slurm {self.release.name} lab...")
         # Daemons first (slurmctld saves its state on SIGTERM), then whatever else runs in the
         # chroot: slurmstepd and job processes that slurmd leaves behind.
-        stop_pids(list(self.load_state().get("pids", {}).values()), self.root)
+        stop_pids(list(self.load_state().get("pids", {}).values()), in_chroot(self.root))
         for _attempt in range(3):  # a dying slurmstepd may still fork; bounded, leftovers() reports
-            stop_pids(pids_in_chroot(self.root), self.root, grace_s=2.0)
+            stop_pids(pids_in_chroot(self.root), in_chroot(self.root), grace_s=2.0)
         unmount_under(self.root)
         for netns in lab_netns(self.release):
             sh("ip", "netns", "delete", netns, check=False)
