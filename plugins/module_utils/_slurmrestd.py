@@ -226,7 +226,7 @@ JOB_BASE_STATES = frozenset(
     }
 )
 # Jobs that still hold or wait for resources; signals and cancels only make sense on these.
-JOB_ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+JOB_ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED")
 
 
 def _split_states(states: t.Any, base_states: frozenset[str]) -> tuple[str, list[str]]:
@@ -664,10 +664,6 @@ class SlurmRestClient:
         if batch_only:
             query["flags"] = "BATCH_JOB"
         self.request("DELETE", self._slurm(f"job/{quote(str(job_id), safe='')}"), query=query)
-
-    def submit_job(self, job: JSON) -> int:
-        body = self.request("POST", self._slurm("job/submit"), body={"job": job})
-        return int(body["job_id"])
 
     def partitions(self) -> list[JSON]:
         body = self.request("GET", self._slurm("partitions/"))

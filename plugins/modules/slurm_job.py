@@ -141,6 +141,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
     select_jobs,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import JOB_ACTIVE_STATES
 
 SELECTORS = ("job_ids", "nodes", "partitions", "users", "names")
 
@@ -156,11 +157,7 @@ def main() -> None:
         partitions={"type": "list", "elements": "str"},
         users={"type": "list", "elements": "str"},
         names={"type": "list", "elements": "str"},
-        job_states={
-            "type": "list",
-            "elements": "str",
-            "default": ["PENDING", "RUNNING", "SUSPENDED"],
-        },
+        job_states={"type": "list", "elements": "str", "default": list(JOB_ACTIVE_STATES)},
     )
     module = AnsibleModule(
         argument_spec=argument_spec,
