@@ -7,7 +7,7 @@ the binary must report its version (``--version`` or the command's equivalent) b
 replaces anything in the cache.
 
 * ``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler`` and ``kubectl``:
-  ``k8s.io/kubernetes`` at the exact version the pinned Slinky operator requires, built
+  ``k8s.io/kubernetes`` within one minor version of what the pinned Slinky operator uses, built
   through a generated wrapper module (``k8s.io/kubernetes`` replaces its staging modules
   with local paths, so it cannot be built or installed on its own).  The version is
   stamped with ``-ldflags -X`` as Kubernetes' own build does, so ``/version`` reports it.
@@ -16,9 +16,8 @@ replaces anything in the cache.
   build takes minutes).
 * ``kwok``, ``helm``: ``go install <package>@<version>``.
 * ``slurm-operator``: ``cmd/manager`` of ``github.com/SlinkyProject/slurm-operator``,
-  built in its own module (it has no replace lines).  The source comes from the Go module
-  proxy or, when the proxy does not serve that version, from a checkout of the tag in
-  ``$HPCOPS_SLINKY_OPERATOR_SRC`` or ``$HPCOPS_LAB_CACHE/src/slurm-operator-<version>``.
+  built in its own module (it has no replace lines) from the Go module proxy; its Helm
+  charts and CRDs come from the same module download.
 
 All Go builds share one ``GOMODCACHE`` and ``GOCACHE`` under ``$HPCOPS_LAB_CACHE/go``.
 
@@ -56,10 +55,14 @@ BUILD_LOG_DIR = BIN_DIR / "logs"
 BUILD_TIMES = BIN_DIR / "build-times.json"
 
 SLINKY_OPERATOR_MODULE = "github.com/SlinkyProject/slurm-operator"
-SLINKY_OPERATOR_VERSION = "v1.2.1"
-OPERATOR_SRC_ENV = "HPCOPS_SLINKY_OPERATOR_SRC"
-# The k8s.io/kubernetes version in slurm-operator v1.2.1's go.mod (checked at build time),
-# so the lab's control plane is the version the operator is built and tested against.
+# The newest release the Go module proxy serves here (v1.1.1 and later are refused, HTTP 403).
+SLINKY_OPERATOR_VERSION = "v1.1.0"
+SLURM_CLIENT_MODULE = "github.com/SlinkyProject/slurm-client"
+# slurm-client v1.1.0 is refused by the proxy too; v1.0.1 has the same API versions
+# (v0041 to v0044) and builds with operator v1.1.0 unchanged.
+SLURM_CLIENT_FALLBACK = "v1.0.1"
+# The Kubernetes of the operator's 1.x line (slurm-operator v1.2.1's go.mod); v1.1.0 is
+# built against 1.35, within the one-minor client skew Kubernetes supports (checked at build).
 KUBERNETES_VERSION = "v1.36.2"
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 # Kubernetes' own build tags: no SELinux cgo, no test-only code, no gRPC tracing.
@@ -196,62 +199,107 @@ def go_install(binary: Binary, out: Path, package: str, ldflags: str = "-s -w") 
 
 
 def slinky_operator_source() -> Path:
-    """The operator's module tree at SLINKY_OPERATOR_VERSION (code, charts and CRDs).
+    """The operator's module tree at SLINKY_OPERATOR_VERSION (code, charts and CRDs)."""
+    return Path(go_mod_download(f"{SLINKY_OPERATOR_MODULE}@{SLINKY_OPERATOR_VERSION}")["Dir"])
 
-    The Go module proxy first; when it does not serve that version, a checkout of the tag
-    in $HPCOPS_SLINKY_OPERATOR_SRC or in $HPCOPS_LAB_CACHE/src/slurm-operator-<version>.
+
+def minor_version(version: str) -> tuple[int, int]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+def check_kubernetes_skew() -> None:
+    """LabError unless the operator's client libraries are within one minor of the lab's Kubernetes.
+
+    Kubernetes supports clients one minor version older or newer than the apiserver.
     """
-    try:
-        return Path(go_mod_download(f"{SLINKY_OPERATOR_MODULE}@{SLINKY_OPERATOR_VERSION}")["Dir"])
-    except LabError as proxy_error:
-        candidates = [CACHE_DIR / "src" / f"slurm-operator-{SLINKY_OPERATOR_VERSION}"]
-        if os.environ.get(OPERATOR_SRC_ENV):
-            candidates.insert(0, Path(os.environ[OPERATOR_SRC_ENV]))
-        for checkout in candidates:
-            if checkout.is_dir():
-                check_operator_checkout(checkout)
-                log(
-                    f"the Go module proxy does not serve the operator; using the checkout {checkout}"
-                )
-                return checkout
-        raise LabError(
-            f"{proxy_error}\n  the Go module proxy does not serve it: put a checkout of tag "
-            f"{SLINKY_OPERATOR_VERSION} of https://github.com/SlinkyProject/slurm-operator in "
-            f"{candidates[-1]} or set {OPERATOR_SRC_ENV} to one"
-        ) from None
-
-
-def check_operator_checkout(checkout: Path) -> None:
-    """LabError unless checkout holds the operator module at SLINKY_OPERATOR_VERSION."""
-    try:
-        module_line = (checkout / "go.mod").read_text().splitlines()[0]
-        version = (checkout / "VERSION").read_text().strip()
-    except (OSError, IndexError) as err:
-        raise LabError(f"{checkout} is not a slurm-operator checkout: {err}") from None
-    if module_line != f"module {SLINKY_OPERATOR_MODULE}":
-        raise LabError(f"{checkout}/go.mod is not {SLINKY_OPERATOR_MODULE}: {module_line!r}")
-    if f"v{version}" != SLINKY_OPERATOR_VERSION:
-        raise LabError(f"{checkout} is slurm-operator {version}, not {SLINKY_OPERATOR_VERSION}")
-
-
-def check_kubernetes_pin() -> None:
-    """LabError unless the pinned operator requires exactly KUBERNETES_VERSION."""
     go_mod = (slinky_operator_source() / "go.mod").read_text()
     wanted = required_version(go_mod, "k8s.io/kubernetes")
-    if wanted != KUBERNETES_VERSION:
+    if wanted is None:
+        raise LabError(f"slurm-operator {SLINKY_OPERATOR_VERSION}'s go.mod requires no k8s.io/kubernetes")
+    lab_major, lab_minor = minor_version(KUBERNETES_VERSION)
+    op_major, op_minor = minor_version(wanted)
+    if op_major != lab_major or abs(op_minor - lab_minor) > 1:
         raise LabError(
-            f"slurm-operator {SLINKY_OPERATOR_VERSION} requires k8s.io/kubernetes {wanted}, "
-            f"but the lab pins {KUBERNETES_VERSION}: update KUBERNETES_VERSION in {__file__}"
+            f"slurm-operator {SLINKY_OPERATOR_VERSION} is built against Kubernetes {wanted}, "
+            f"more than one minor version from the lab's {KUBERNETES_VERSION}: "
+            f"update KUBERNETES_VERSION in {__file__}"
         )
 
 
 def build_slinky_operator(binary: Binary, out: Path) -> None:
-    # Built in its own module with its own go.sum: the dependency versions its authors tested.
-    run_logged(
-        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "./cmd/manager"],
-        binary.build_log,
-        cwd=slinky_operator_source(),
-    )
+    """cmd/manager of the operator's module, with the slurm-client its go.mod names if served.
+
+    The proxy refuses slurm-client v1.1.0 (the version operator v1.1.0 requires), so the
+    build replaces it with SLURM_CLIENT_FALLBACK in a scratch copy of the module; the
+    module cache itself is never modified.
+    """
+    source = slinky_operator_source()
+    wanted = required_version((source / "go.mod").read_text(), SLURM_CLIENT_MODULE)
+    with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
+        tree = Path(scratch, "slurm-operator")
+        shutil.copytree(source, tree)
+        for path in tree.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o200)
+        try:
+            go_mod_download(f"{SLURM_CLIENT_MODULE}@{wanted}")
+        except LabError as refused:
+            log(f"{refused}; building with {SLURM_CLIENT_MODULE} {SLURM_CLIENT_FALLBACK}")
+            run_logged(
+                [
+                    "go",
+                    "mod",
+                    "edit",
+                    f"-replace={SLURM_CLIENT_MODULE}={SLURM_CLIENT_MODULE}@{SLURM_CLIENT_FALLBACK}",
+                ],
+                binary.build_log,
+                cwd=tree,
+            )
+        run_logged(
+            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "./cmd/manager"],
+            binary.build_log,
+            cwd=tree,
+        )
+
+
+SLINKY_CHARTS = ("slurm-operator-crds", "slurm-operator", "slurm")
+CHARTS_DIR = CACHE_DIR / "charts"
+
+
+def slinky_charts() -> dict[str, Path]:
+    """The Slinky charts of the pinned operator module, packaged as a mirror would hold them.
+
+    The module holds chart folders; slurm-operator depends on slurm-operator-crds through a
+    file:// repository, which `helm dependency build` resolves offline.  Returns chart name
+    -> .tgz path in $HPCOPS_LAB_CACHE/charts/slinky-<version>/, packaged once.
+    """
+    version = SLINKY_OPERATOR_VERSION.lstrip("v")
+    out_dir = CHARTS_DIR / f"slinky-{version}"
+    packages = {name: out_dir / f"{name}-{version}.tgz" for name in SLINKY_CHARTS}
+    if all(path.exists() for path in packages.values()):
+        return packages
+    helm = str(ensure(["helm"])["helm"])
+    CHARTS_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = BUILD_LOG_DIR / f"slinky-charts-{version}.log"
+    with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
+        tree = Path(scratch, "helm")
+        shutil.copytree(slinky_operator_source() / "helm", tree)
+        for path in tree.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o200)
+        staged = Path(scratch, "packages")
+        staged.mkdir()
+        for name in SLINKY_CHARTS:
+            if (tree / name / "Chart.lock").exists():
+                run_logged([helm, "dependency", "build", str(tree / name)], log_path)
+            run_logged([helm, "package", str(tree / name), "--destination", str(staged)], log_path)
+        missing = [path.name for path in packages.values() if not (staged / path.name).exists()]
+        if missing:
+            raise LabError(f"helm package did not write {missing}; see {log_path}")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staged.rename(out_dir)
+    log(f"packaged the Slinky {version} charts in {out_dir}")
+    return packages
 
 
 # --------------------------------------------------------------------------------------
@@ -337,7 +385,7 @@ def kubernetes_ldflags() -> str:
 
 
 def build_kubernetes_command(binary: Binary, out: Path) -> None:
-    check_kubernetes_pin()
+    check_kubernetes_skew()
     wrapper = kubernetes_wrapper()
     run_logged(
         [
@@ -463,7 +511,7 @@ BINARIES: dict[str, Binary] = {
             SLINKY_OPERATOR_VERSION,
             build_slinky_operator,
             ("-help",),
-            "-propagated-node-conditions",
+            "-slurmclient-workers",
             3.5,
         ),
     )

@@ -99,7 +99,16 @@ EXIT_DOWN = 3
 EXIT_DEGRADED = 1
 
 # Start order; down stops them in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "pod-runner",
+)
+BINARY_COMPONENTS = COMPONENTS[:-1]  # built by k8s_binaries.py
+POD_RUNNER = Path(__file__).resolve().parent / "pod_runner.py"
 # Users of the static token file: name -> groups.  The controller-manager and the scheduler
 # get the identities their bootstrap RBAC roles are bound to; kwok writes the status of
 # every node and pod, so it is an administrator like the lab's admin.
@@ -297,13 +306,24 @@ def pid_runs(pid: int | None, exe: Path) -> bool:
     return running is not None and running.startswith(str(exe)) and not is_zombie(pid)
 
 
+def component_exe(component: str) -> Path:
+    """The executable a component's process runs (the pod runner is a Python script)."""
+    if component == "pod-runner":
+        return Path(os.path.realpath(sys.executable))
+    return k8s_binaries.binary(component).path
+
+
 def stray_pids() -> list[int]:
     """Processes of the lab's binaries that use the lab's runtime directory.
 
     Catches what state.json no longer knows about (a crashed `up`, a deleted state file);
-    every command line of the lab names a file below RUN_DIR.
+    every command line of the lab, and of the pods the pod runner runs, names a file below
+    RUN_DIR.
     """
-    binaries = tuple(str(k8s_binaries.binary(name).path) for name in COMPONENTS)
+    binaries = (
+        *(str(component_exe(name)) for name in COMPONENTS),
+        str(k8s_binaries.binary("slurm-operator").path),
+    )
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -438,7 +458,7 @@ class K8sLab:
 
     def commands(self) -> dict[str, list[str]]:
         """The command line of every component, by component name."""
-        binaries = {name: str(k8s_binaries.binary(name).path) for name in COMPONENTS}
+        binaries = {name: str(component_exe(name)) for name in COMPONENTS}
         run, pki = self.run_dir, self.pki
         serving = [
             f"--tls-cert-file={pki / 'serving.crt'}",
@@ -509,6 +529,7 @@ class K8sLab:
                 # Without it kwok serves health and metrics on 0.0.0.0.
                 f"--server-address={HOST}:{KWOK_PORT}",
             ],
+            "pod-runner": [binaries["pod-runner"], str(POD_RUNNER), f"--run-dir={run}"],
         }
 
     def component_kubeconfig_flags(self, component: str) -> list[str]:
@@ -543,7 +564,7 @@ class K8sLab:
     def components_alive(self) -> dict[str, bool]:
         pids = self.load_state().get("pids", {})
         return {
-            name: pid_runs(pids.get(name), k8s_binaries.binary(name).path) for name in COMPONENTS
+            name: pid_runs(pids.get(name), component_exe(name)) for name in COMPONENTS
         }
 
     def require_running(self, component: str) -> None:
@@ -554,7 +575,7 @@ class K8sLab:
 
     def up(self) -> None:
         """Start the lab, or reuse it when it is already up, healthy and configured the same."""
-        k8s_binaries.ensure([*COMPONENTS, *CLIENT_TOOLS])
+        k8s_binaries.ensure([*BINARY_COMPONENTS, "slurm-operator", *CLIENT_TOOLS])
         if self.is_healthy() and self.load_state().get("commands") == self.commands():
             self.write_client_files()
             log(f"Kubernetes lab already up at {self.url}")
@@ -611,7 +632,7 @@ class K8sLab:
         self.wait_for("etcd", self.etcd_healthy, 30.0, f"etcd on {HOST}:{ETCD_CLIENT_PORT}")
         self.start("kube-apiserver")
         self.wait_for("kube-apiserver", self.readyz, READYZ_DEADLINE_S, f"{self.url}/readyz")
-        for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        for component in ("kube-controller-manager", "kube-scheduler", "kwok", "pod-runner"):
             self.start(component)
 
     def wait_for(
@@ -663,6 +684,10 @@ class K8sLab:
                 f"the other logs in {self.run_dir / 'log'}"
             ) from None
 
+    def write_kubeconfig(self, path: Path, user: str, token: str) -> None:
+        """A private kubeconfig for the lab's apiserver with a bearer token."""
+        write_private(path, kubeconfig(self.ca_path, user, token))
+
     def write_client_files(self) -> None:
         """The admin kubeconfig, and <repo>/.lab/bin/kubectl and helm for `PATH=.lab/bin:$PATH`."""
         write_private(self.kubeconfig_path, kubeconfig(self.ca_path, ADMIN_USER, self.token()))
@@ -712,7 +737,7 @@ class K8sLab:
         pids = self.load_state().get("pids", {})
         for component in reversed(COMPONENTS):
             pid = pids.get(component)
-            if pid_runs(pid, k8s_binaries.binary(component).path):
+            if pid_runs(pid, component_exe(component)):
                 stop_pids([pid], running, STOP_GRACE_S)
         stop_pids(stray_pids(), running, STOP_GRACE_S)
         self.state_path.unlink(missing_ok=True)

@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Runs some of the lab's pods for real, as host processes, where a kubelet would run containers.
+
+kwok marks every pod on its nodes Running without running anything.  For the pods whose
+programs the lab can run on this machine, this runner plays the kubelet: it watches the
+apiserver, starts the real program when such a pod is Running, restarts it when it exits,
+and stops it (SIGTERM, then SIGKILL) when the pod is gone or terminating.
+
+Known pods (by the last path element of the container image's repository):
+
+* ``slurm-operator``: the real operator binary from ``k8s_binaries.py`` with the pod's
+  own arguments, the listen addresses moved to 127.0.0.1, and a kubeconfig holding a token
+  of the pod's service account (so the chart's RBAC is what the operator gets).  ``DEBUG=1``
+  makes the operator reach slurmrestd at ``http://localhost:6820`` instead of a Service
+  name that only cluster DNS resolves.
+
+The runner is started by ``k8s_lab.py up`` and stopped by ``k8s_lab.py down``; it writes
+one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import k8s_binaries
+from slurm_lab import LabError, is_zombie
+
+POLL_S = 1.0
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+STOP_GRACE_S = 10.0
+TOKEN_LIFETIME_S = 24 * 3600
+# Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
+OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
+OPERATOR_METRICS_ADDR = "127.0.0.1:16482"
+
+
+def log(message: str) -> None:
+    print(f"[pod-runner] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def image_name(image: str) -> str:
+    """'ghcr.io/slinkyproject/slurm-operator:1.1.0' -> 'slurm-operator'."""
+    repository = image.split("@", 1)[0]
+    last = repository.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0]
+
+
+def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """args with `flag value` (or `flag=value`) set to value, appended when absent."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == flag:
+            skip = True
+            continue
+        if arg.startswith(flag + "="):
+            continue
+        out.append(arg)
+    return [*out, flag, value]
+
+
+@dataclass
+class RunningPod:
+    """One pod run as a host process."""
+
+    uid: str
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    files: list[Path] = field(default_factory=list)
+
+
+class PodRunner:
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab
+        self.pods: dict[str, RunningPod] = {}
+        self.pod_dir = lab.run_dir / "pods"
+        self.log_dir = lab.run_dir / "log" / "pods"
+        self.stopping = False
+
+    # ---- what to run -----------------------------------------------------------------
+
+    def spec_for(self, pod: dict[str, Any]) -> RunningPod | None:
+        """How to run pod on this machine, or None when the lab does not run it."""
+        containers = pod["spec"].get("containers", [])
+        if len(containers) != 1:
+            return None
+        container = containers[0]
+        if image_name(container.get("image", "")) == "slurm-operator":
+            return self.operator_spec(pod, container)
+        return None
+
+    def operator_spec(self, pod: dict[str, Any], container: dict[str, Any]) -> RunningPod:
+        meta = pod["metadata"]
+        workdir = self.pod_dir / meta["uid"]
+        workdir.mkdir(parents=True, exist_ok=True)
+        kubeconfig = workdir / "kubeconfig"
+        token = self.service_account_token(
+            meta["namespace"], pod["spec"].get("serviceAccountName", "default")
+        )
+        self.lab.write_kubeconfig(kubeconfig, f"system:serviceaccount:{meta['namespace']}", token)
+        args = list(container.get("args", []))
+        args = replace_flag(args, "--health-addr", OPERATOR_HEALTH_ADDR)
+        args = replace_flag(args, "--metrics-addr", OPERATOR_METRICS_ADDR)
+        args = replace_flag(args, "--kubeconfig", str(kubeconfig))
+        binary = k8s_binaries.binary("slurm-operator").path
+        return RunningPod(
+            uid=meta["uid"],
+            name=f"{meta['namespace']}/{meta['name']}",
+            argv=[str(binary), *args],
+            env={
+                "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME": str(workdir),
+                "LC_ALL": "C",
+                "DEBUG": "1",
+            },
+            log_path=self.log_dir / f"{meta['namespace']}_{meta['name']}.log",
+            files=[kubeconfig],
+        )
+
+    def service_account_token(self, namespace: str, account: str) -> str:
+        status, body = self.lab.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": TOKEN_LIFETIME_S},
+            },
+        )
+        if status != 201 or not isinstance(body, dict):
+            raise LabError(f"token for {namespace}/{account} answered {status}: {body}")
+        return str(body["status"]["token"])
+
+    # ---- the loop --------------------------------------------------------------------
+
+    def wanted_pods(self) -> dict[str, dict[str, Any]]:
+        """Running, not terminating pods on the lab's nodes, by uid."""
+        body = self.lab.get("/api/v1/pods?fieldSelector=status.phase%3DRunning")
+        return {
+            pod["metadata"]["uid"]: pod
+            for pod in body["items"]
+            if not pod["metadata"].get("deletionTimestamp")
+        }
+
+    def sync(self) -> None:
+        wanted = self.wanted_pods()
+        for uid in [uid for uid in self.pods if uid not in wanted]:
+            self.stop(self.pods.pop(uid))
+        for uid, pod in wanted.items():
+            if uid not in self.pods:
+                spec = self.spec_for(pod)
+                if spec is None:
+                    continue
+                self.pods[uid] = spec
+            self.keep_running(self.pods[uid])
+
+    def keep_running(self, pod: RunningPod) -> None:
+        if pod.process is not None and pod.process.poll() is None:
+            return
+        if pod.process is not None:
+            log(f"{pod.name} exited with {pod.process.returncode}; see {pod.log_path}")
+            pod.process = None
+            pod.restarts += 1
+            backoff = RESTART_BACKOFF_S[min(pod.restarts - 1, len(RESTART_BACKOFF_S) - 1)]
+            pod.next_start = time.monotonic() + backoff
+        if time.monotonic() < pod.next_start:
+            return
+        pod.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with pod.log_path.open("ab") as out:
+            pod.process = subprocess.Popen(
+                pod.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=pod.env,
+                cwd=pod.env["HOME"],
+                start_new_session=True,
+            )
+        log(f"started {pod.name} as pid {pod.process.pid} (restarts: {pod.restarts})")
+
+    def stop(self, pod: RunningPod) -> None:
+        process = pod.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log(f"stopped {pod.name} (pid {process.pid})")
+        for path in pod.files:
+            path.unlink(missing_ok=True)  # the service account token goes with the pod
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        log(f"watching pods on {self.lab.url}")
+        while not self.stopping:
+            try:
+                self.sync()
+            except LabError as err:  # the apiserver restarting: try again next round
+                log(f"sync failed: {err}")
+            time.sleep(POLL_S)
+        for pod in self.pods.values():
+            self.stop(pod)
+        log("stopped")
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.stopping = True
+
+
+def operator_pids() -> list[int]:
+    """Live processes of the lab's operator binary (for `k8s_lab.py down`)."""
+    binary = str(k8s_binaries.binary("slurm-operator").path)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(entry / "exe").startswith(binary) and not is_zombie(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, help="the Kubernetes lab's runtime directory")
+    args = parser.parse_args(argv)
+    import k8s_lab  # noqa: PLC0415 - k8s_lab imports this module
+
+    lab = k8s_lab.K8sLab()
+    if str(lab.run_dir) != args.run_dir:
+        raise SystemExit(f"--run-dir {args.run_dir} is not the lab's {lab.run_dir}")
+    PodRunner(lab).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
