@@ -216,7 +216,9 @@ def check_kubernetes_skew() -> None:
     go_mod = (slinky_operator_source() / "go.mod").read_text()
     wanted = required_version(go_mod, "k8s.io/kubernetes")
     if wanted is None:
-        raise LabError(f"slurm-operator {SLINKY_OPERATOR_VERSION}'s go.mod requires no k8s.io/kubernetes")
+        raise LabError(
+            f"slurm-operator {SLINKY_OPERATOR_VERSION}'s go.mod requires no k8s.io/kubernetes"
+        )
     lab_major, lab_minor = minor_version(KUBERNETES_VERSION)
     op_major, op_minor = minor_version(wanted)
     if op_major != lab_major or abs(op_minor - lab_minor) > 1:
@@ -256,13 +258,43 @@ def build_slinky_operator(binary: Binary, out: Path) -> None:
                 cwd=tree,
             )
         run_logged(
-            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "./cmd/manager"],
+            [
+                "go",
+                "build",
+                "-mod=mod",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(out),
+                "./cmd/manager",
+            ],
             binary.build_log,
             cwd=tree,
         )
 
 
 SLINKY_CHARTS = ("slurm-operator-crds", "slurm-operator", "slurm")
+# Go module zips leave out every folder named "vendor", so the slurm chart arrives without
+# templates/vendor/nvidia/dcgm/_helpers.tpl and fails to render.  The lab defines those named
+# templates with DCGM job mapping off (a real site installs the complete chart from OCI).
+VENDOR_TEMPLATES = """{{/* Added by hpcops.slinky's lab: the Go module zip drops templates/vendor/. */}}
+{{- define "vendor.dcgm.enabled" -}}
+{{- if ((((.Values).vendor).nvidia).dcgm).enabled -}}
+{{- fail "vendor.nvidia.dcgm needs the complete slurm chart: the lab's copy from the Go module has no templates/vendor/" -}}
+{{- end -}}
+{{- end -}}
+{{- define "vendor.dcgm.nodesetHasGPU" -}}{{- end -}}
+{{- define "vendor.dcgm.jobMappingDir" -}}/var/lib/dcgm-exporter/job-mapping{{- end -}}
+{{- define "vendor.dcgm.prologName" -}}dcgm.sh{{- end -}}
+{{- define "vendor.dcgm.epilogName" -}}dcgm.sh{{- end -}}
+"""
+
+
+def restore_vendor_templates(chart: Path) -> None:
+    vendor = chart / "templates" / "vendor"
+    if not vendor.exists():
+        (chart / "templates" / "_hpcops_lab_vendor.tpl").write_text(VENDOR_TEMPLATES)
 CHARTS_DIR = CACHE_DIR / "charts"
 
 
@@ -286,6 +318,7 @@ def slinky_charts() -> dict[str, Path]:
         shutil.copytree(slinky_operator_source() / "helm", tree)
         for path in tree.rglob("*"):
             path.chmod(path.stat().st_mode | 0o200)
+        restore_vendor_templates(tree / "slurm")
         staged = Path(scratch, "packages")
         staged.mkdir()
         for name in SLINKY_CHARTS:

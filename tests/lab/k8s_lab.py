@@ -65,6 +65,7 @@ REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
 KUBECONFIG_PATH = REPO_LAB_DIR / "kubeconfig"
 CLIENT_BIN_DIR = REPO_LAB_DIR / "bin"
 CLIENT_TOOLS = ("kubectl", "helm")
+CHARTS_LINK_DIR = REPO_LAB_DIR / "charts"
 
 HOST = "127.0.0.1"
 ETCD_CLIENT_PORT = 12379
@@ -563,9 +564,7 @@ class K8sLab:
 
     def components_alive(self) -> dict[str, bool]:
         pids = self.load_state().get("pids", {})
-        return {
-            name: pid_runs(pids.get(name), component_exe(name)) for name in COMPONENTS
-        }
+        return {name: pid_runs(pids.get(name), component_exe(name)) for name in COMPONENTS}
 
     def require_running(self, component: str) -> None:
         if not self.components_alive()[component]:
@@ -696,6 +695,12 @@ class K8sLab:
             link = CLIENT_BIN_DIR / name
             link.unlink(missing_ok=True)
             link.symlink_to(k8s_binaries.binary(name).path)
+        # inventories/lab installs the Slinky charts from here, as a site from its mirror.
+        CHARTS_LINK_DIR.mkdir(parents=True, exist_ok=True)
+        for name, package in k8s_binaries.slinky_charts().items():
+            link = CHARTS_LINK_DIR / f"{name}.tgz"
+            link.unlink(missing_ok=True)
+            link.symlink_to(package)
 
     # ---- status ----------------------------------------------------------------------
 

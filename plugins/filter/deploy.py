@@ -1,0 +1,46 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters the deploy roles use to build Helm arguments and chart values.
+
+The documentation of each filter is in the YAML file of the same name beside this one.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.hpcops.slinky.plugins.module_utils._helm_chart import (
+    ChartSourceError,
+    chart_args,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_values import (
+    ConfigError,
+    build_values,
+)
+
+
+def helm_chart_args(source: t.Any, version: t.Any = None, variable: str = "chart") -> dict[str, t.Any]:
+    """chart_ref, chart_repo_url and chart_version for kubernetes.core.helm."""
+    try:
+        return chart_args(source, version, variable)
+    except ChartSourceError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.Any]:
+    """Values of the Slinky slurm chart from the slurm_cluster role's settings and the Nodes."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(f"slurm_cluster_values: expected the role's settings as a mapping, got {type(settings).__name__}")
+    if not isinstance(nodes, list):
+        raise AnsibleFilterError("slurm_cluster_values: expected the list of Kubernetes Nodes (k8s_info resources)")
+    try:
+        return build_values(settings, nodes)
+    except ConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+class FilterModule:
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {"helm_chart_args": helm_chart_args, "slurm_cluster_values": slurm_cluster_values}
