@@ -115,3 +115,74 @@ def inventory_list(inventory_file: Path, env: dict[str, str] | None = None) -> d
         proc.stdout, object_hook=lambda obj: obj.get("__ansible_unsafe", obj)
     )
     return inventory
+
+
+class PlaybookRun:
+    """The JSON report of one ansible-playbook run: stats, failure messages, whole output."""
+
+    def __init__(self, returncode: int, report: dict[str, t.Any], output: str) -> None:
+        self.returncode = returncode
+        self.report = report
+        self.output = output
+
+    def stats(self, host: str = "localhost") -> dict[str, int]:
+        stats: dict[str, int] = self.report.get("stats", {}).get(host, {})
+        return stats
+
+    @property
+    def changed(self) -> int:
+        return self.stats().get("changed", 0)
+
+    @property
+    def failed(self) -> bool:
+        return self.returncode != 0
+
+    def failures(self) -> list[str]:
+        """The msg of every failed task result."""
+        messages = []
+        for play in self.report.get("plays", []):
+            for task in play.get("tasks", []):
+                for result in task.get("hosts", {}).values():
+                    if result.get("failed") and not result.get("ignore_errors"):
+                        messages.append(str(result.get("msg", "")))
+        return messages
+
+    def changed_tasks(self) -> list[str]:
+        return [
+            task["task"]["name"]
+            for play in self.report.get("plays", [])
+            for task in play.get("tasks", [])
+            if any(r.get("changed") for r in task.get("hosts", {}).values())
+        ]
+
+
+def run_playbook(
+    playbook: Path,
+    inventory: Path,
+    *,
+    extra_vars: dict[str, t.Any] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    timeout: float = 900,
+) -> PlaybookRun:
+    """ansible-playbook as a user runs it, with extra variables from a file."""
+    with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
+        command = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+        if extra_vars:
+            vars_file = Path(tmp) / "extra-vars.yml"
+            vars_file.write_text(yaml.safe_dump(extra_vars))
+            command += ["-e", f"@{vars_file}"]
+        if check:
+            command.append("--check")
+        if diff:
+            command.append("--diff")
+        proc = subprocess.run(
+            command, capture_output=True, text=True, env=ansible_env(), check=False, timeout=timeout
+        )
+    try:
+        report: dict[str, t.Any] = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(
+            f"ansible-playbook gave no JSON report (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        ) from None
+    return PlaybookRun(proc.returncode, report, proc.stdout + proc.stderr)
