@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Bad inventories stop site.yml before anything changes, with the variable's name and the fix."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+from ansible_runner import REPO, run_playbook
+
+pytest_plugins = ["k8s_fixtures"]
+pytestmark = pytest.mark.integration
+
+SITE = REPO / "playbooks" / "site.yml"
+LAB_INVENTORY = REPO / "inventories" / "lab"
+LAB_POOLS = {
+    "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
+    "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
+}
+BACKFILL = {"max_time": "4:00:00", "grace_time_s": 30, "priority_tier": 1}
+
+# (id, extra vars, the variable the message must name, a word of the fix)
+CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
+    (
+        "pool-with-no-nodes",
+        {
+            "slurm_cluster_pools": {
+                **LAB_POOLS,
+                "ghost": {"node_selector": {"hpcops.io/pool": "nowhere"}},
+            }
+        },
+        "slurm_cluster_pools.ghost.node_selector",
+        "selects no Kubernetes node",
+    ),
+    ("unknown-mcs-plugin", {"slurm_cluster_mcs": "tenant"}, "slurm_cluster_mcs", "use one of"),
+    (
+        "mcs-account-without-accounting",
+        {"slurm_cluster_mcs": "account:enforced,select"},
+        "slurm_cluster_mcs",
+        "slurmdbd",
+    ),
+    (
+        "mcs-label-before-24.11",
+        {"slurm_cluster_mcs": "label", "slurm_cluster_slurm_version": "24.05"},
+        "slurm_cluster_mcs",
+        "24.11",
+    ),
+    (
+        "partition-names-a-missing-pool",
+        {"slurm_cluster_partitions": {"debug": {"pools": ["gpu-big"]}}},
+        "slurm_cluster_partitions.debug.pools",
+        "do not exist",
+    ),
+    (
+        "negative-grace",
+        {"slurm_cluster_backfill": {**BACKFILL, "grace_time_s": -5}},
+        "slurm_cluster_backfill.grace_time_s",
+        ">= 0",
+    ),
+    (
+        "unlimited-backfill-time",
+        {"slurm_cluster_backfill": {**BACKFILL, "max_time": "UNLIMITED"}},
+        "slurm_cluster_backfill.max_time",
+        "finite",
+    ),
+    (
+        "cgroup-key-removed-from-slurm",
+        {"slurm_cluster_cgroup": {"CgroupAutomount": True}},
+        "slurm_cluster_cgroup.CgroupAutomount",
+        "slurmd refuses",
+    ),
+    (
+        "unknown-pool-kind",
+        {"slurm_cluster_pools": {**LAB_POOLS, "hpc": {**LAB_POOLS["hpc"], "kind": "shared"}}},
+        "slurm_cluster_pools.hpc.kind",
+        "dedicated, lendable",
+    ),
+    (
+        "lendable-pool-as-statefulset",
+        {
+            "slurm_cluster_pools": {
+                **LAB_POOLS,
+                "interactive": {**LAB_POOLS["interactive"], "scaling_mode": "StatefulSet"},
+            }
+        },
+        "slurm_cluster_pools.interactive.scaling_mode",
+        "DaemonSet",
+    ),
+    (
+        "more-replicas-than-nodes",
+        {"slurm_cluster_pools": {**LAB_POOLS, "hpc": {**LAB_POOLS["hpc"], "replicas": 5}}},
+        "slurm_cluster_pools.hpc.replicas",
+        "add nodes",
+    ),
+    (
+        "slurm-version-not-a-release",
+        {"slurm_cluster_slurm_version": "latest"},
+        "slurm_cluster_slurm_version",
+        "YY.MM",
+    ),
+    ("pools-not-a-mapping", {"slurm_cluster_pools": ["hpc"]}, "slurm_cluster_pools", "dict"),
+    (
+        "unknown-component",
+        {"slinky_components": ["slurm_cluster", "grafana"]},
+        "slinky_components",
+        "list some of",
+    ),
+    (
+        "chart-mirror-missing",
+        {"slurm_operator_chart": {"path": "/nonexistent/mirror/slurm-operator-1.1.0.tgz"}},
+        "slurm_operator_chart",
+        "mirror",
+    ),
+    (
+        "chart-registry-unreachable",
+        {"slurm_cluster_chart": {"oci": "oci://127.0.0.1:1/charts/slurm"}},
+        "slurm_cluster_chart",
+        "mirror",
+    ),
+    (
+        "chart-source-two-forms",
+        {
+            "slurm_cluster_chart": {
+                "oci": "oci://127.0.0.1:1/charts/slurm",
+                "path": "/srv/slurm.tgz",
+            }
+        },
+        "slurm_cluster_chart",
+        "exactly one of",
+    ),
+]
+
+
+def snapshot(lab: t.Any) -> dict[str, t.Any]:
+    """What a run that changes something would change: releases, namespaces, NodeSets, Secrets."""
+
+    def versions(path: str) -> dict[str, str]:
+        status, body = lab.request("GET", path)
+        if status == 404:  # the CRDs are not installed yet
+            return {}
+        return {
+            f"{i['metadata'].get('namespace', '')}/{i['metadata']['name']}": i["metadata"][
+                "resourceVersion"
+            ]
+            for i in body["items"]
+        }
+
+    return {
+        "secrets": versions("/api/v1/secrets"),
+        "namespaces": versions("/api/v1/namespaces"),
+        "nodesets": versions("/apis/slinky.slurm.net/v1beta1/nodesets"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra_vars", "variable", "fix"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_inventory_is_rejected_before_any_change(
+    k8s_lab: t.Any, extra_vars: dict[str, t.Any], variable: str, fix: str
+) -> None:
+    before = snapshot(k8s_lab)
+    run = run_playbook(SITE, LAB_INVENTORY, extra_vars=extra_vars)
+    assert run.failed
+    messages = run.failures()
+    assert messages, run.output[-2000:]
+    assert any(variable in m and fix in m for m in messages), messages
+    assert "Traceback" not in run.output
+    assert run.changed == 0
+    assert snapshot(k8s_lab) == before
