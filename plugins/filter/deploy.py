@@ -11,6 +11,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.hpcops.slinky.plugins.module_utils._helm_chart import (
     ChartSourceError,
     chart_args,
@@ -21,7 +22,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_value
 )
 
 
-def helm_chart_args(source: t.Any, version: t.Any = None, variable: str = "chart") -> dict[str, t.Any]:
+def helm_chart_args(
+    source: t.Any, version: t.Any = None, variable: str = "chart"
+) -> dict[str, t.Any]:
     """chart_ref, chart_repo_url and chart_version for kubernetes.core.helm."""
     try:
         return chart_args(source, version, variable)
@@ -32,9 +35,13 @@ def helm_chart_args(source: t.Any, version: t.Any = None, variable: str = "chart
 def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.Any]:
     """Values of the Slinky slurm chart from the slurm_cluster role's settings and the Nodes."""
     if not isinstance(settings, dict):
-        raise AnsibleFilterError(f"slurm_cluster_values: expected the role's settings as a mapping, got {type(settings).__name__}")
+        raise AnsibleFilterError(
+            f"slurm_cluster_values: expected the role's settings as a mapping, got {type(settings).__name__}"
+        )
     if not isinstance(nodes, list):
-        raise AnsibleFilterError("slurm_cluster_values: expected the list of Kubernetes Nodes (k8s_info resources)")
+        raise AnsibleFilterError(
+            "slurm_cluster_values: expected the list of Kubernetes Nodes (k8s_info resources)"
+        )
     try:
         return build_values(settings, nodes)
     except ConfigError as err:

@@ -40,7 +40,9 @@ def chart_args(source: t.Any, version: t.Any, variable: str) -> dict[str, t.Any]
         raise ChartSourceError(variable, f"found {given or 'none'} of oci, repo, path")
     form = given[0]
     if form != "path" and not version:
-        raise ChartSourceError(f"{variable.removesuffix('_chart')}_chart_version", "is empty; pin the chart version")
+        raise ChartSourceError(
+            f"{variable.removesuffix('_chart')}_chart_version", "is empty; pin the chart version"
+        )
     if form == "oci":
         ref = str(source["oci"])
         if not ref.startswith("oci://") or ref.rstrip("/") == "oci:":
@@ -52,7 +54,11 @@ def chart_args(source: t.Any, version: t.Any, variable: str) -> dict[str, t.Any]
             raise ChartSourceError(variable, f"repo {url!r} is not an http(s) or file URL")
         if not source.get("name"):
             raise ChartSourceError(variable, "repo needs the chart's name")
-        return {"chart_ref": str(source["name"]), "chart_repo_url": url, "chart_version": str(version)}
+        return {
+            "chart_ref": str(source["name"]),
+            "chart_repo_url": url,
+            "chart_version": str(version),
+        }
     if source.get("name"):
         raise ChartSourceError(variable, "name goes with repo only")
     # A packaged chart carries its own version; the pin still documents what was mirrored.

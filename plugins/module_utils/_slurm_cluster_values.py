@@ -20,7 +20,9 @@ from dataclasses import dataclass
 # Slurm names: NodeSet and partition names become slurm.conf words and Kubernetes names.
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 GRES_TYPE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-SLURM_TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$")
+SLURM_TIME_RE = re.compile(
+    r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$"
+)
 
 POOL_KINDS = ("dedicated", "lendable")
 SCALING_MODES = ("StatefulSet", "DaemonSet")
@@ -95,7 +97,7 @@ class Node:
         allocatable = obj.get("status", {}).get("allocatable", {}) or {}
         labels = dict(meta.get("labels") or {})
         try:
-            gpus = int(allocatable.get(GPU_RESOURCE, labels.get(GPU_COUNT_LABEL, 0)))
+            gpus = int(allocatable.get(GPU_RESOURCE) or labels.get(GPU_COUNT_LABEL) or 0)
         except (TypeError, ValueError):
             gpus = 0
         return cls(name=str(meta.get("name", "")), labels=labels, gpus=gpus)
@@ -108,14 +110,22 @@ def slurm_release(version: str, variable: str) -> tuple[int, int]:
     """'26.05' or '26.05.5' -> (26, 5); ConfigError otherwise."""
     match = re.match(r"^(\d{2})\.(\d{2})(\.\d+)?$", str(version))
     if not match:
-        raise ConfigError(variable, f"{version!r} is not a Slurm release", "write it as YY.MM, for example '26.05'")
+        raise ConfigError(
+            variable,
+            f"{version!r} is not a Slurm release",
+            "write it as YY.MM, for example '26.05'",
+        )
     return int(match.group(1)), int(match.group(2))
 
 
 def chart_release(version: str, variable: str) -> tuple[int, int]:
     match = re.match(r"^v?(\d+)\.(\d+)\.\d+", str(version))
     if not match:
-        raise ConfigError(variable, f"{version!r} is not a chart version", "write it as X.Y.Z, for example '1.1.0'")
+        raise ConfigError(
+            variable,
+            f"{version!r} is not a chart version",
+            "write it as X.Y.Z, for example '1.1.0'",
+        )
     return int(match.group(1)), int(match.group(2))
 
 
@@ -136,7 +146,11 @@ def _mapping(value: t.Any, variable: str) -> Mapping[str, t.Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(variable, f"expected a mapping, got {type(value).__name__}", "write it as key: value pairs")
+        raise ConfigError(
+            variable,
+            f"expected a mapping, got {type(value).__name__}",
+            "write it as key: value pairs",
+        )
     return value
 
 
@@ -162,6 +176,56 @@ class NodeSetPlan:
     exclude_gpu_products: tuple[str, ...] = ()
 
 
+def _pool_members(
+    pool_name: str, pool: Mapping[str, t.Any], nodes: Sequence[Node], lent_label: str
+) -> tuple[dict[str, str], str, list[Node]]:
+    """The NodeSet selector, scaling mode and Kubernetes nodes of one pool."""
+    var = f"slurm_cluster_pools.{pool_name}"
+    if not NAME_RE.match(pool_name):
+        raise ConfigError(
+            var,
+            "is not a valid pool name",
+            "use lower-case letters, digits and '-', starting with a letter, at most 40 characters",
+        )
+    kind = pool.get("kind", "dedicated")
+    if kind not in POOL_KINDS:
+        raise ConfigError(
+            f"{var}.kind", f"unknown kind {kind!r}", f"use one of {', '.join(POOL_KINDS)}"
+        )
+    raw_selector = _mapping(pool.get("node_selector"), f"{var}.node_selector")
+    if not raw_selector:
+        raise ConfigError(
+            f"{var}.node_selector",
+            "is empty",
+            "give the labels that select the pool's nodes, for example {hpcops.io/pool: interactive}",
+        )
+    selector = {str(k): str(v) for k, v in raw_selector.items()}
+    members = sorted((n for n in nodes if n.matches(selector)), key=lambda n: n.name)
+    if not members:
+        raise ConfigError(
+            f"{var}.node_selector",
+            f"selects no Kubernetes node ({selector})",
+            "label the pool's nodes or fix the selector",
+        )
+    if kind == "lendable":
+        if pool.get("scaling_mode", "DaemonSet") != "DaemonSet":
+            raise ConfigError(
+                f"{var}.scaling_mode",
+                "a lendable pool is always a DaemonSet NodeSet",
+                "remove scaling_mode or set it to DaemonSet",
+            )
+        # The handover protocol labels lent nodes; the NodeSet follows the label.
+        return {**selector, lent_label: "true"}, "DaemonSet", members
+    mode = pool.get("scaling_mode", "StatefulSet")
+    if mode not in SCALING_MODES:
+        raise ConfigError(
+            f"{var}.scaling_mode",
+            f"unknown scaling mode {mode!r}",
+            f"use one of {', '.join(SCALING_MODES)}",
+        )
+    return selector, str(mode), members
+
+
 def plan_nodesets(
     pools: Mapping[str, t.Any],
     nodes: Sequence[Node],
@@ -170,33 +234,14 @@ def plan_nodesets(
 ) -> list[NodeSetPlan]:
     """One NodeSet per pool, or per GPU product where a pool mixes products."""
     if not pools:
-        raise ConfigError("slurm_cluster_pools", "no pool is defined", "describe at least one node pool")
+        raise ConfigError(
+            "slurm_cluster_pools", "no pool is defined", "describe at least one node pool"
+        )
     plans: list[NodeSetPlan] = []
     for pool_name, raw in sorted(pools.items()):
         var = f"slurm_cluster_pools.{pool_name}"
-        if not NAME_RE.match(str(pool_name)):
-            raise ConfigError(var, "is not a valid pool name", "use lower-case letters, digits and '-', starting with a letter, at most 40 characters")
         pool = _mapping(raw, var)
-        kind = pool.get("kind", "dedicated")
-        if kind not in POOL_KINDS:
-            raise ConfigError(f"{var}.kind", f"unknown kind {kind!r}", f"use one of {', '.join(POOL_KINDS)}")
-        selector = _mapping(pool.get("node_selector"), f"{var}.node_selector")
-        if not selector:
-            raise ConfigError(f"{var}.node_selector", "is empty", "give the labels that select the pool's nodes, for example {hpcops.io/pool: interactive}")
-        selector = {str(k): str(v) for k, v in selector.items()}
-        members = sorted((n for n in nodes if n.matches(selector)), key=lambda n: n.name)
-        if not members:
-            raise ConfigError(f"{var}.node_selector", f"selects no Kubernetes node ({selector})", "label the pool's nodes or fix the selector")
-        if kind == "lendable":
-            mode = "DaemonSet"
-            if pool.get("scaling_mode", "DaemonSet") != "DaemonSet":
-                raise ConfigError(f"{var}.scaling_mode", "a lendable pool is always a DaemonSet NodeSet", "remove scaling_mode or set it to DaemonSet")
-            # The handover protocol labels lent nodes; the NodeSet follows the label.
-            selector = {**selector, lent_label: "true"}
-        else:
-            mode = pool.get("scaling_mode", "StatefulSet")
-            if mode not in SCALING_MODES:
-                raise ConfigError(f"{var}.scaling_mode", f"unknown scaling mode {mode!r}", f"use one of {', '.join(SCALING_MODES)}")
+        selector, mode, members = _pool_members(str(pool_name), pool, nodes, lent_label)
         by_product: dict[str | None, list[Node]] = {}
         for node in members:
             product = node.labels.get(GPU_PRODUCT_LABEL) if node.gpus > 0 else None
@@ -204,20 +249,55 @@ def plan_nodesets(
         products = sorted(p for p in by_product if p is not None)
         for product, group in sorted(by_product.items(), key=lambda item: item[0] or ""):
             if product is None:
-                plans.append(NodeSetPlan(pool_name, pool_name, mode, selector, tuple(n.name for n in group), None, tuple(products)))
+                plans.append(
+                    NodeSetPlan(
+                        pool_name,
+                        pool_name,
+                        mode,
+                        selector,
+                        tuple(n.name for n in group),
+                        None,
+                        tuple(products),
+                    )
+                )
                 continue
             gtype = gres_type(product, gpu_type_names)
             if not GRES_TYPE_RE.match(gtype):
-                raise ConfigError("slurm_cluster_gpu_type_names", f"GRES type {gtype!r} for {product!r} is not a valid Slurm name", "map the product to letters, digits, '_', '.' or '-'")
+                raise ConfigError(
+                    "slurm_cluster_gpu_type_names",
+                    f"GRES type {gtype!r} for {product!r} is not a valid Slurm name",
+                    "map the product to letters, digits, '_', '.' or '-'",
+                )
             counts = sorted({n.gpus for n in group})
             if len(counts) != 1:
-                raise ConfigError(f"{var}.node_selector", f"nodes with {product} have different GPU counts {counts}", "split them into pools of equal nodes")
-            name = pool_name if len(by_product) == 1 else f"{pool_name}-{re.sub('[^a-z0-9-]', '-', gtype.lower())}"
-            plans.append(NodeSetPlan(name, pool_name, mode, {**selector, GPU_PRODUCT_LABEL: product}, tuple(n.name for n in group), f"gpu:{gtype}:{counts[0]}"))
+                raise ConfigError(
+                    f"{var}.node_selector",
+                    f"nodes with {product} have different GPU counts {counts}",
+                    "split them into pools of equal nodes",
+                )
+            name = (
+                pool_name
+                if len(by_product) == 1
+                else f"{pool_name}-{re.sub('[^a-z0-9-]', '-', gtype.lower())}"
+            )
+            plans.append(
+                NodeSetPlan(
+                    name,
+                    pool_name,
+                    mode,
+                    {**selector, GPU_PRODUCT_LABEL: product},
+                    tuple(n.name for n in group),
+                    f"gpu:{gtype}:{counts[0]}",
+                )
+            )
     names = [p.name for p in plans]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ConfigError("slurm_cluster_pools", f"NodeSet names {duplicates} collide", "rename the pools so each NodeSet name is unique")
+        raise ConfigError(
+            "slurm_cluster_pools",
+            f"NodeSet names {duplicates} collide",
+            "rename the pools so each NodeSet name is unique",
+        )
     return plans
 
 
@@ -227,14 +307,20 @@ def cgroup_conf(settings: Mapping[str, t.Any], release: tuple[int, int]) -> str:
     known = CGROUP_KEYS.get(release)
     if known is None:
         supported = ", ".join(f"{y}.{m:02d}" for y, m in sorted(CGROUP_KEYS))
-        raise ConfigError("slurm_cluster_slurm_version", f"no cgroup.conf key list for Slurm {release[0]}.{release[1]:02d}", f"use one of {supported}")
+        raise ConfigError(
+            "slurm_cluster_slurm_version",
+            f"no cgroup.conf key list for Slurm {release[0]}.{release[1]:02d}",
+            f"use one of {supported}",
+        )
     conf: dict[str, t.Any] = {}
-    for key, value in _mapping(settings, var).items():
+    for key, raw in _mapping(settings, var).items():
         if key not in known:
-            raise ConfigError(f"{var}.{key}", f"is not a cgroup.conf key of Slurm {release[0]}.{release[1]:02d} (slurmd refuses to start on unknown keys)", f"use one of {', '.join(sorted(known))}")
-        if isinstance(value, bool):
-            value = "yes" if value else "no"
-        conf[key] = value
+            raise ConfigError(
+                f"{var}.{key}",
+                f"is not a cgroup.conf key of Slurm {release[0]}.{release[1]:02d} (slurmd refuses to start on unknown keys)",
+                f"use one of {', '.join(sorted(known))}",
+            )
+        conf[key] = ("yes" if raw else "no") if isinstance(raw, bool) else raw
     return "".join(f"{key}={value}\n" for key, value in conf.items())
 
 
@@ -244,21 +330,41 @@ def mcs_settings(mcs: str, accounting: bool, release: tuple[int, int]) -> dict[s
     plugin, _, params = str(mcs).partition(":")
     plugin = plugin.strip().removeprefix("mcs/")
     if plugin not in MCS_PLUGINS:
-        raise ConfigError(var, f"unknown MCS plugin {plugin!r}", f"use one of {', '.join(MCS_PLUGINS)}, optionally followed by ':' and parameters, for example 'label:enforced,select'")
+        raise ConfigError(
+            var,
+            f"unknown MCS plugin {plugin!r}",
+            f"use one of {', '.join(MCS_PLUGINS)}, optionally followed by ':' and parameters, for example 'label:enforced,select'",
+        )
     if plugin == "none":
         if params:
             raise ConfigError(var, "'none' takes no parameters", "write 'none' or choose a plugin")
         return {}
     if plugin == "account" and not accounting:
-        raise ConfigError(var, "mcs/account needs Slurm accounting (slurmdbd), which is disabled", "enable slurm_cluster_accounting or choose mcs 'label', 'group' or 'user'")
+        raise ConfigError(
+            var,
+            "mcs/account needs Slurm accounting (slurmdbd), which is disabled",
+            "enable slurm_cluster_accounting or choose mcs 'label', 'group' or 'user'",
+        )
     if plugin == "label" and release < (24, 11):
-        raise ConfigError(var, "mcs/label needs Slurm 24.11 or newer", "upgrade Slurm or choose mcs 'group' or 'user'")
-    words = [w.strip() for w in params.split(",") if w.strip()] if params else ["enforced", "select"]
+        raise ConfigError(
+            var,
+            "mcs/label needs Slurm 24.11 or newer",
+            "upgrade Slurm or choose mcs 'group' or 'user'",
+        )
+    words = (
+        [w.strip() for w in params.split(",") if w.strip()] if params else ["enforced", "select"]
+    )
     unknown = [w for w in words if w not in MCS_PARAMETERS]
     if unknown:
-        raise ConfigError(var, f"unknown MCS parameters {unknown}", f"use {', '.join(MCS_PARAMETERS)}")
-    if "select" in words and "noselect" in words or "ondemand" in words and "enforced" in words:
-        raise ConfigError(var, f"parameters {words} contradict each other", "keep one of select/noselect and one of ondemand/enforced")
+        raise ConfigError(
+            var, f"unknown MCS parameters {unknown}", f"use {', '.join(MCS_PARAMETERS)}"
+        )
+    if ("select" in words and "noselect" in words) or ("ondemand" in words and "enforced" in words):
+        raise ConfigError(
+            var,
+            f"parameters {words} contradict each other",
+            "keep one of select/noselect and one of ondemand/enforced",
+        )
     return {"MCSPlugin": f"mcs/{plugin}", "MCSParameters": ",".join(words)}
 
 
@@ -266,7 +372,11 @@ def _partition_config(value: t.Any, variable: str) -> dict[str, t.Any]:
     config = dict(_mapping(value, variable))
     for key in ("MaxTime", "DefaultTime"):
         if key in config and not SLURM_TIME_RE.match(str(config[key])):
-            raise ConfigError(f"{variable}.{key}", f"{config[key]!r} is not a Slurm time", "write minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED")
+            raise ConfigError(
+                f"{variable}.{key}",
+                f"{config[key]!r} is not a Slurm time",
+                "write minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED",
+            )
     return config
 
 
@@ -274,54 +384,99 @@ def plan_partitions(
     settings: Mapping[str, t.Any], plans: Sequence[NodeSetPlan], pools: Mapping[str, t.Any]
 ) -> dict[str, dict[str, t.Any]]:
     """batch over the dedicated pools, backfill over the lendable ones, then the site's own."""
-    dedicated = sorted({p.name for p in plans if pools[p.pool].get("kind", "dedicated") == "dedicated"})
+    dedicated = sorted(
+        {p.name for p in plans if pools[p.pool].get("kind", "dedicated") == "dedicated"}
+    )
     lendable = sorted({p.name for p in plans if pools[p.pool].get("kind") == "lendable"})
     partitions: dict[str, dict[str, t.Any]] = {}
     if dedicated:
-        partitions["batch"] = {"nodesets": dedicated, "configMap": {"State": "UP", "Default": "YES", "MaxTime": "UNLIMITED"}}
+        partitions["batch"] = {
+            "nodesets": dedicated,
+            "configMap": {"State": "UP", "Default": "YES", "MaxTime": "UNLIMITED"},
+        }
     if lendable:
         backfill = _mapping(settings.get("backfill"), "slurm_cluster_backfill")
         grace = backfill.get("grace_time_s", 300)
         if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
-            raise ConfigError("slurm_cluster_backfill.grace_time_s", f"{grace!r} is not a number of seconds >= 0", "give the seconds a job may run after it is told to leave, for example 300")
+            raise ConfigError(
+                "slurm_cluster_backfill.grace_time_s",
+                f"{grace!r} is not a number of seconds >= 0",
+                "give the seconds a job may run after it is told to leave, for example 300",
+            )
         max_time = str(backfill.get("max_time", "4:00:00"))
         if not SLURM_TIME_RE.match(max_time) or max_time in ("UNLIMITED", "INFINITE"):
-            raise ConfigError("slurm_cluster_backfill.max_time", f"{max_time!r} is not a finite Slurm time", "lent nodes come back: give a limit such as '4:00:00'")
+            raise ConfigError(
+                "slurm_cluster_backfill.max_time",
+                f"{max_time!r} is not a finite Slurm time",
+                "lent nodes come back: give a limit such as '4:00:00'",
+            )
         tier = backfill.get("priority_tier", 1)
         if isinstance(tier, bool) or not isinstance(tier, int) or tier < 0:
-            raise ConfigError("slurm_cluster_backfill.priority_tier", f"{tier!r} is not a number >= 0", "give a tier below the batch partition's, for example 1")
+            raise ConfigError(
+                "slurm_cluster_backfill.priority_tier",
+                f"{tier!r} is not a number >= 0",
+                "give a tier below the batch partition's, for example 1",
+            )
         partitions["backfill"] = {
             "nodesets": lendable,
-            "configMap": {"State": "UP", "PriorityTier": tier, "PreemptMode": "REQUEUE", "MaxTime": max_time, "GraceTime": grace},
+            "configMap": {
+                "State": "UP",
+                "PriorityTier": tier,
+                "PreemptMode": "REQUEUE",
+                "MaxTime": max_time,
+                "GraceTime": grace,
+            },
         }
     by_pool: dict[str, list[str]] = {}
     for plan in plans:
         by_pool.setdefault(plan.pool, []).append(plan.name)
-    for name, raw in sorted(_mapping(settings.get("partitions"), "slurm_cluster_partitions").items()):
+    for name, raw in sorted(
+        _mapping(settings.get("partitions"), "slurm_cluster_partitions").items()
+    ):
         var = f"slurm_cluster_partitions.{name}"
         if not NAME_RE.match(str(name)):
-            raise ConfigError(var, "is not a valid partition name", "use lower-case letters, digits and '-'")
+            raise ConfigError(
+                var, "is not a valid partition name", "use lower-case letters, digits and '-'"
+            )
         part = _mapping(raw, var)
         wanted = part.get("pools")
         if not wanted or isinstance(wanted, (str, Mapping)):
-            raise ConfigError(f"{var}.pools", "must be a non-empty list of pool names", f"name pools from slurm_cluster_pools: {', '.join(sorted(pools))}")
+            raise ConfigError(
+                f"{var}.pools",
+                "must be a non-empty list of pool names",
+                f"name pools from slurm_cluster_pools: {', '.join(sorted(pools))}",
+            )
         missing = [p for p in wanted if p not in pools]
         if missing:
-            raise ConfigError(f"{var}.pools", f"names pools that do not exist: {missing}", f"use pools from slurm_cluster_pools: {', '.join(sorted(pools))}")
+            raise ConfigError(
+                f"{var}.pools",
+                f"names pools that do not exist: {missing}",
+                f"use pools from slurm_cluster_pools: {', '.join(sorted(pools))}",
+            )
         config = _partition_config(part.get("config"), f"{var}.config")
         base = partitions.get(name, {}).get("configMap", {})
-        partitions[name] = {"nodesets": sorted(n for p in wanted for n in by_pool[p]), "configMap": {**base, **config}}
+        partitions[name] = {
+            "nodesets": sorted(n for p in wanted for n in by_pool[p]),
+            "configMap": {**base, **config},
+        }
     return partitions
 
 
-def build_values(settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]) -> dict[str, t.Any]:
+def build_values(
+    settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
+) -> dict[str, t.Any]:
     """The slurm chart's values for the site; ConfigError on a setting that cannot work."""
     release = slurm_release(settings.get("slurm_version", ""), "slurm_cluster_slurm_version")
     chart = chart_release(settings.get("chart_version", ""), "slurm_cluster_chart_version")
     pools = _mapping(settings.get("pools"), "slurm_cluster_pools")
     nodes = [Node.from_k8s(obj) for obj in k8s_nodes]
     prefix = str(settings.get("label_prefix", "hpcops.io")).rstrip("/")
-    plans = plan_nodesets(pools, nodes, _mapping(settings.get("gpu_type_names"), "slurm_cluster_gpu_type_names"), f"{prefix}/slurm-lent")
+    plans = plan_nodesets(
+        pools,
+        nodes,
+        _mapping(settings.get("gpu_type_names"), "slurm_cluster_gpu_type_names"),
+        f"{prefix}/slurm-lent",
+    )
 
     registry = str(settings.get("image_registry", "ghcr.io/slinkyproject")).rstrip("/")
     tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-ubuntu24.04")
@@ -339,17 +494,31 @@ def build_values(settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str,
         features = pool.get("features") or []
         if features:
             extra_conf["Features"] = list(features)
-        pod_spec: dict[str, t.Any] = {"nodeSelector": {"kubernetes.io/os": "linux", **plan.node_selector}}
+        pod_spec: dict[str, t.Any] = {
+            "nodeSelector": {"kubernetes.io/os": "linux", **plan.node_selector}
+        }
         if plan.exclude_gpu_products:
             pod_spec["affinity"] = {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "NotIn", "values": list(plan.exclude_gpu_products)}]}]
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": GPU_PRODUCT_LABEL,
+                                        "operator": "NotIn",
+                                        "values": list(plan.exclude_gpu_products),
+                                    }
+                                ]
+                            }
+                        ]
                     }
                 }
             }
         if pools[plan.pool].get("kind") == "lendable":
-            pod_spec["tolerations"] = [{"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}]
+            pod_spec["tolerations"] = [
+                {"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}
+            ]
         nodeset = _merge(
             nodeset_defaults,
             {
@@ -364,10 +533,20 @@ def build_values(settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str,
         )
         if plan.scaling_mode == "StatefulSet" and "replicas" in pool:
             replicas = pool["replicas"]
-            if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= len(plan.nodes):
-                raise ConfigError(f"slurm_cluster_pools.{plan.pool}.replicas", f"{replicas!r} is not between 0 and the pool's {len(plan.nodes)} nodes", "lower it or add nodes to the pool")
+            if (
+                isinstance(replicas, bool)
+                or not isinstance(replicas, int)
+                or not 0 <= replicas <= len(plan.nodes)
+            ):
+                raise ConfigError(
+                    f"slurm_cluster_pools.{plan.pool}.replicas",
+                    f"{replicas!r} is not between 0 and the pool's {len(plan.nodes)} nodes",
+                    "lower it or add nodes to the pool",
+                )
             nodeset["replicas"] = replicas
-        nodeset = _merge(nodeset, _mapping(pool.get("values"), f"slurm_cluster_pools.{plan.pool}.values"))
+        nodeset = _merge(
+            nodeset, _mapping(pool.get("values"), f"slurm_cluster_pools.{plan.pool}.values")
+        )
         nodesets[plan.name] = nodeset
 
     partitions: dict[str, t.Any] = {"all": {"enabled": False}}
@@ -390,8 +569,18 @@ def build_values(settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str,
     jwt_secret = _mapping(settings.get("jwt_secret"), "slurm_cluster_jwt_secret")
     values: dict[str, t.Any] = {
         "clusterName": settings.get("name", "slurm"),
-        "jwtKey": {"create": False, "secretRef": {"name": jwt_secret.get("name", "slurm-jwt-key"), "key": jwt_secret.get("key", "jwt_hs256.key")}},
-        "configFiles": {"cgroup.conf": cgroup_conf(_mapping(settings.get("cgroup"), "slurm_cluster_cgroup"), release)},
+        "jwtKey": {
+            "create": False,
+            "secretRef": {
+                "name": jwt_secret.get("name", "slurm-jwt-key"),
+                "key": jwt_secret.get("key", "jwt_hs256.key"),
+            },
+        },
+        "configFiles": {
+            "cgroup.conf": cgroup_conf(
+                _mapping(settings.get("cgroup"), "slurm_cluster_cgroup"), release
+            )
+        },
         "controller": {
             "slurmctld": {"image": image("slurmctld")},
             "reconfigure": {"image": image("slurmctld")},

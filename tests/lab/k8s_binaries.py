@@ -295,6 +295,8 @@ def restore_vendor_templates(chart: Path) -> None:
     vendor = chart / "templates" / "vendor"
     if not vendor.exists():
         (chart / "templates" / "_hpcops_lab_vendor.tpl").write_text(VENDOR_TEMPLATES)
+
+
 CHARTS_DIR = CACHE_DIR / "charts"
 
 
