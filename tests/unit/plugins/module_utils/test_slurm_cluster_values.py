@@ -1,0 +1,249 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The slurm chart's values from node pools: pure function, no cluster needed."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._helm_chart import (
+    ChartSourceError,
+    chart_args,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_values import (
+    ConfigError,
+    build_values,
+    cgroup_conf,
+    gres_type,
+    mcs_settings,
+)
+
+
+def node(
+    name: str, pool: str, gpus: int = 0, product: str = "NVIDIA-A100-SXM4-80GB"
+) -> dict[str, t.Any]:
+    labels = {"hpcops.io/pool": pool}
+    allocatable: dict[str, str] = {"cpu": "32"}
+    if gpus:
+        labels["nvidia.com/gpu.product"] = product
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    return {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": allocatable}}
+
+
+NODES = [
+    node("int01", "interactive"),
+    node("gpu01", "interactive", 4),
+    node("gpu02", "interactive", 8, "NVIDIA-H100-80GB-HBM3"),
+    node("hpc01", "slurm"),
+    node("hpc02", "slurm"),
+]
+SETTINGS: dict[str, t.Any] = {
+    "name": "site",
+    "slurm_version": "26.05",
+    "chart_version": "1.1.0",
+    "pools": {
+        "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
+        "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
+    },
+    "backfill": {"max_time": "2:00:00", "grace_time_s": 60, "priority_tier": 1},
+    "cgroup": {"CgroupPlugin": "autodetect", "ConstrainCores": True, "ConstrainSwapSpace": False},
+    "mcs": "label:enforced,select",
+}
+
+
+def test_one_nodeset_per_gpu_product_in_a_mixed_pool() -> None:
+    nodesets = build_values(SETTINGS, NODES)["nodesets"]
+    assert sorted(nodesets) == [
+        "hpc",
+        "interactive",
+        "interactive-a100",
+        "interactive-h100",
+        "slinky",
+    ]
+    assert nodesets["slinky"] == {"enabled": False}
+    assert nodesets["interactive-a100"]["extraConfMap"] == {"Gres": ["gpu:a100:4"]}
+    assert nodesets["interactive-h100"]["extraConfMap"] == {"Gres": ["gpu:h100:8"]}
+    plain = nodesets["interactive"]["podSpec"]
+    excluded = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert excluded["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-H100-80GB-HBM3",
+    ]
+
+
+def test_lendable_pool_follows_the_lent_label_and_tolerates_the_taint() -> None:
+    lent = build_values(SETTINGS, NODES)["nodesets"]["interactive-a100"]
+    assert lent["scalingMode"] == "DaemonSet"
+    assert lent["podSpec"]["nodeSelector"]["hpcops.io/slurm-lent"] == "true"
+    assert lent["podSpec"]["tolerations"] == [
+        {"key": "hpcops.io/lent", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_dedicated_pool_is_a_statefulset_with_one_replica_per_node() -> None:
+    hpc = build_values(SETTINGS, NODES)["nodesets"]["hpc"]
+    assert (hpc["scalingMode"], hpc["replicas"]) == ("StatefulSet", 2)
+    assert "tolerations" not in hpc["podSpec"]
+
+
+def test_partitions_batch_and_backfill() -> None:
+    partitions = build_values(SETTINGS, NODES)["partitions"]
+    assert partitions["all"] == {"enabled": False}
+    assert partitions["batch"]["nodesets"] == ["hpc"]
+    backfill = partitions["backfill"]
+    assert backfill["nodesets"] == ["interactive", "interactive-a100", "interactive-h100"]
+    assert backfill["configMap"] == {
+        "State": "UP",
+        "PriorityTier": 1,
+        "PreemptMode": "REQUEUE",
+        "MaxTime": "2:00:00",
+        "GraceTime": 60,
+    }
+
+
+def test_slurm_conf_restated_for_chart_1_2_only() -> None:
+    conf_11 = build_values(SETTINGS, NODES)["controller"]["extraConfMap"]
+    conf_12 = build_values({**SETTINGS, "chart_version": "1.2.1"}, NODES)["controller"][
+        "extraConfMap"
+    ]
+    assert "ProctrackType" not in conf_11  # chart 1.1 writes it itself
+    assert conf_12["ProctrackType"] == "proctrack/cgroup"
+    assert conf_12["GresTypes"] == "gpu"
+    assert conf_11["MCSPlugin"] == "mcs/label"
+    assert conf_11["PreemptType"] == "preempt/partition_prio"
+
+
+def test_same_input_same_values() -> None:
+    assert build_values(SETTINGS, NODES) == build_values(SETTINGS, list(reversed(NODES)))
+
+
+def test_cgroup_conf_booleans_and_unknown_keys() -> None:
+    assert cgroup_conf({"ConstrainCores": True, "AllowedSwapSpace": 0}, (26, 5)) == (
+        "ConstrainCores=yes\nAllowedSwapSpace=0\n"
+    )
+    with pytest.raises(ConfigError, match=r"slurm_cluster_cgroup\.TaskAffinity"):
+        cgroup_conf({"TaskAffinity": True}, (26, 5))
+    with pytest.raises(ConfigError, match="slurm_cluster_slurm_version"):
+        cgroup_conf({}, (23, 2))
+
+
+@pytest.mark.parametrize(
+    ("setting", "accounting", "release", "expected"),
+    [
+        ("none", False, (26, 5), {}),
+        ("label", False, (26, 5), {"MCSPlugin": "mcs/label", "MCSParameters": "enforced,select"}),
+        (
+            "mcs/group:ondemand,noselect",
+            False,
+            (24, 11),
+            {"MCSPlugin": "mcs/group", "MCSParameters": "ondemand,noselect"},
+        ),
+        (
+            "account:enforced,select,privatedata",
+            True,
+            (26, 5),
+            {"MCSPlugin": "mcs/account", "MCSParameters": "enforced,select,privatedata"},
+        ),
+    ],
+)
+def test_mcs_settings(
+    setting: str, accounting: bool, release: tuple[int, int], expected: dict[str, str]
+) -> None:
+    assert mcs_settings(setting, accounting, release) == expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "accounting", "release", "message"),
+    [
+        ("tenant", False, (26, 5), "unknown MCS plugin"),
+        ("account", False, (26, 5), "needs Slurm accounting"),
+        ("label", False, (24, 5), "24.11 or newer"),
+        ("user:select,noselect", False, (26, 5), "contradict"),
+        ("none:enforced", False, (26, 5), "takes no parameters"),
+        ("group:strict", False, (26, 5), "unknown MCS parameters"),
+    ],
+)
+def test_mcs_refusals(
+    setting: str, accounting: bool, release: tuple[int, int], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        mcs_settings(setting, accounting, release)
+    assert err.value.variable == "slurm_cluster_mcs"
+
+
+def test_gres_type_names() -> None:
+    assert gres_type("NVIDIA-A100-SXM4-80GB", {}) == "a100"
+    assert gres_type("Tesla-V100-SXM2-16GB", {}) == "v100"
+    assert gres_type("NVIDIA-A100-SXM4-80GB", {"NVIDIA-A100-SXM4-80GB": "a100_80g"}) == "a100_80g"
+
+
+def test_pool_values_override_what_the_role_builds() -> None:
+    settings = {
+        **SETTINGS,
+        "pools": {
+            **SETTINGS["pools"],
+            "hpc": {
+                **SETTINGS["pools"]["hpc"],
+                "values": {"slurmd": {"resources": {"limits": {"cpu": 30}}}},
+            },
+        },
+    }
+    hpc = build_values(settings, NODES)["nodesets"]["hpc"]
+    assert hpc["slurmd"]["resources"] == {"limits": {"cpu": 30}}
+    assert hpc["slurmd"]["image"]["repository"] == "ghcr.io/slinkyproject/slurmd"
+
+
+@pytest.mark.parametrize(
+    ("source", "version", "expected"),
+    [
+        (
+            {"oci": "oci://mirror.example/charts/slurm"},
+            "1.1.0",
+            {
+                "chart_ref": "oci://mirror.example/charts/slurm",
+                "chart_repo_url": None,
+                "chart_version": "1.1.0",
+            },
+        ),
+        (
+            {"repo": "https://helm.ngc.nvidia.com/nvidia", "name": "gpu-operator"},
+            "v25.3.0",
+            {
+                "chart_ref": "gpu-operator",
+                "chart_repo_url": "https://helm.ngc.nvidia.com/nvidia",
+                "chart_version": "v25.3.0",
+            },
+        ),
+        (
+            {"path": "/srv/mirror/slurm-1.1.0.tgz"},
+            "1.1.0",
+            {
+                "chart_ref": "/srv/mirror/slurm-1.1.0.tgz",
+                "chart_repo_url": None,
+                "chart_version": None,
+            },
+        ),
+    ],
+)
+def test_chart_sources(source: dict[str, str], version: str, expected: dict[str, t.Any]) -> None:
+    assert chart_args(source, version, "slurm_cluster_chart") == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({}, "found none"),
+        ({"oci": "oci://a/b", "path": "/c"}, "found \\['oci', 'path'\\]"),
+        ({"oci": "https://a/b"}, "does not start with oci://"),
+        ({"repo": "https://a"}, "needs the chart's name"),
+        ({"path": "/a", "name": "b"}, "name goes with repo only"),
+        ({"url": "x"}, "unknown keys"),
+        ("oci://a/b", "expected a mapping"),
+    ],
+)
+def test_bad_chart_sources(source: t.Any, message: str) -> None:
+    with pytest.raises(ChartSourceError, match=message) as err:
+        chart_args(source, "1.1.0", "slurm_cluster_chart")
+    assert err.value.variable == "slurm_cluster_chart"
+    assert "exactly one of" in str(err.value)
