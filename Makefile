@@ -130,6 +130,10 @@ demo: setup build-check
 	@echo ">> the Kubernetes control plane with kwok nodes (first run builds it from Go modules: about 25 min)"
 	$(K8S_LAB) up
 	eval "$$($(K8S_LAB) env)"; kubectl get nodes -L hpcops.io/pool,nvidia.com/gpu.product
+	@echo ">> site.yml on the lab: Slinky CRDs, the real operator, the Slurm cluster from the pools"
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i inventories/lab playbooks/site.yml
+	eval "$$($(K8S_LAB) env)"; kubectl get nodesets,controllers,restapis -n slurm; \
+	  kubectl get configmap -n slurm slurm-config -o jsonpath='{.data.slurm\.conf}' | sed -n '/EXTRA CONFIG/,$$p'
 	@echo ">> the lab stays up: 'make lab-status', 'make lab-down'"
 
 # The local lab (see tests/lab/README.md): real Slurm 26.05 and 24.11, and a real
