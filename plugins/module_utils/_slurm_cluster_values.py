@@ -327,7 +327,7 @@ def cgroup_conf(settings: Mapping[str, t.Any], release: tuple[int, int]) -> str:
 def mcs_settings(mcs: str, accounting: bool, release: tuple[int, int]) -> dict[str, str]:
     """MCSPlugin and MCSParameters from one setting such as 'label:enforced,select'."""
     var = "slurm_cluster_mcs"
-    plugin, _, params = str(mcs).partition(":")
+    plugin, _colon, params = str(mcs).partition(":")
     plugin = plugin.strip().removeprefix("mcs/")
     if plugin not in MCS_PLUGINS:
         raise ConfigError(
