@@ -72,27 +72,18 @@ def run_task(
     with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
         playbook = Path(tmp) / "play.yml"
         playbook.write_text(yaml.safe_dump(play))
-        command = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
-        if check:
-            command.append("--check")
-        if diff:
-            command.append("--diff")
-        proc = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
+        run = ansible_playbook(
+            ["-i", "localhost,", "-c", "local", str(playbook)],
+            check=check,
+            diff=diff,
             env=ansible_env(**(env or {})),
-            check=False,
             timeout=300,
         )
     try:
-        report = json.loads(proc.stdout)
-        result = TaskResult(report["plays"][0]["tasks"][0]["hosts"]["localhost"])
-    except (ValueError, KeyError, IndexError):
-        raise AssertionError(
-            f"ansible-playbook gave no task result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        ) from None
-    result.output = proc.stdout + proc.stderr
+        result = TaskResult(run.report["plays"][0]["tasks"][0]["hosts"]["localhost"])
+    except (KeyError, IndexError):
+        raise AssertionError(f"ansible-playbook gave no task result:\n{run.output}") from None
+    result.output = run.output
     return result
 
 
@@ -167,18 +158,26 @@ def run_playbook(
 ) -> PlaybookRun:
     """ansible-playbook as a user runs it, with extra variables from a file."""
     with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
-        command = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+        args = ["-i", str(inventory), str(playbook)]
         if extra_vars:
             vars_file = Path(tmp) / "extra-vars.yml"
             vars_file.write_text(yaml.safe_dump(extra_vars))
-            command += ["-e", f"@{vars_file}"]
-        if check:
-            command.append("--check")
-        if diff:
-            command.append("--diff")
-        proc = subprocess.run(
-            command, capture_output=True, text=True, env=ansible_env(), check=False, timeout=timeout
-        )
+            args += ["-e", f"@{vars_file}"]
+        return ansible_playbook(args, check=check, diff=diff, env=ansible_env(), timeout=timeout)
+
+
+def ansible_playbook(
+    args: list[str], *, check: bool, diff: bool, env: dict[str, str], timeout: float
+) -> PlaybookRun:
+    """Run ansible-playbook with the JSON callback and parse its report."""
+    command = [str(BIN / "ansible-playbook"), *args]
+    if check:
+        command.append("--check")
+    if diff:
+        command.append("--diff")
+    proc = subprocess.run(
+        command, capture_output=True, text=True, env=env, check=False, timeout=timeout
+    )
     try:
         report: dict[str, t.Any] = json.loads(proc.stdout)
     except ValueError:

@@ -58,7 +58,7 @@ from typing import Any
 
 import k8s_binaries
 from k8s_binaries import KUBERNETES_VERSION
-from slurm_lab import LabError, is_zombie, port_free, stop_pids, wait_until
+from slurm_lab import LabError, RunDirState, is_zombie, port_free, stop_pids, wait_until
 
 RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "k8s"
 REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
@@ -343,7 +343,7 @@ def running(pid: int) -> bool:
     return pid_exe(pid) is not None and not is_zombie(pid)
 
 
-class K8sLab:
+class K8sLab(RunDirState):
     """The control plane and its kwok nodes; see the module docstring."""
 
     def __init__(self) -> None:
@@ -361,23 +361,6 @@ class K8sLab:
     @property
     def ca_path(self) -> Path:
         return self.pki / "ca.crt"
-
-    @property
-    def state_path(self) -> Path:
-        return self.run_dir / "state.json"
-
-    def log_path(self, component: str) -> Path:
-        return self.run_dir / "log" / f"{component}.log"
-
-    def load_state(self) -> dict[str, Any]:
-        try:
-            state: dict[str, Any] = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return state
-
-    def save_state(self, state: dict[str, Any]) -> None:
-        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
 
     def token(self, user: str = ADMIN_USER) -> str:
         """The static token of a lab user (TOKEN_USERS)."""

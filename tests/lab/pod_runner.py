@@ -21,8 +21,6 @@ one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import k8s_binaries
-from slurm_lab import LabError, is_zombie
+from slurm_lab import LabError
 
 POLL_S = 1.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
@@ -224,19 +222,6 @@ class PodRunner:
 
     def on_signal(self, signum: int, _frame: object) -> None:
         self.stopping = True
-
-
-def operator_pids() -> list[int]:
-    """Live processes of the lab's operator binary (for `k8s_lab.py down`)."""
-    binary = str(k8s_binaries.binary("slurm-operator").path)
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if os.readlink(entry / "exe").startswith(binary) and not is_zombie(int(entry.name)):
-                found.append(int(entry.name))
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:

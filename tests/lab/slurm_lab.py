@@ -633,7 +633,30 @@ def hosts_file(release: Release) -> str:
 # --------------------------------------------------------------------------------------
 
 
-class SlurmLab:
+class RunDirState:
+    """A lab's runtime directory: state.json (pids, commands, tokens) and one log per process."""
+
+    run_dir: Path
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / "state.json"
+
+    def log_path(self, process: str) -> Path:
+        return self.run_dir / "log" / f"{process}.log"
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return state
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
+
+
+class SlurmLab(RunDirState):
     """One Slurm cluster of one release; see the module docstring."""
 
     def __init__(self, release: str) -> None:
@@ -651,23 +674,6 @@ class SlurmLab:
     @property
     def jwt_key_path(self) -> Path:
         return self.run_dir / "etc/jwt_hs256.key"
-
-    @property
-    def state_path(self) -> Path:
-        return self.run_dir / "state.json"
-
-    def log_path(self, daemon: str) -> Path:
-        return self.run_dir / "log" / f"{daemon}.log"
-
-    def load_state(self) -> dict[str, Any]:
-        try:
-            state: dict[str, Any] = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return state
-
-    def save_state(self, state: dict[str, Any]) -> None:
-        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
 
     def record_pid(self, name: str, pid: int) -> None:
         state = self.load_state()
