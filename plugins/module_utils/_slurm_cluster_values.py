@@ -380,6 +380,12 @@ def _partition_config(value: t.Any, variable: str) -> dict[str, t.Any]:
     return config
 
 
+def _tier(value: t.Any, var: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65533:
+        raise ConfigError(var, f"{value!r} is not a number from 0 to 65533", "for example 10")
+    return value
+
+
 def plan_partitions(
     settings: Mapping[str, t.Any], plans: Sequence[NodeSetPlan], pools: Mapping[str, t.Any]
 ) -> dict[str, dict[str, t.Any]]:
@@ -389,10 +395,19 @@ def plan_partitions(
     )
     lendable = sorted({p.name for p in plans if pools[p.pool].get("kind") == "lendable"})
     partitions: dict[str, dict[str, t.Any]] = {}
+    batch = _mapping(settings.get("batch"), "slurm_cluster_batch")
+    batch_tier = _tier(batch.get("priority_tier", 10), "slurm_cluster_batch.priority_tier")
     if dedicated:
         partitions["batch"] = {
             "nodesets": dedicated,
-            "configMap": {"State": "UP", "Default": "YES", "MaxTime": "UNLIMITED"},
+            "configMap": {
+                "State": "UP",
+                "Default": "YES",
+                "MaxTime": "UNLIMITED",
+                "PriorityTier": batch_tier,
+                # Jobs on dedicated nodes are never preempted for anything.
+                "PreemptMode": "OFF",
+            },
         }
     if lendable:
         backfill = _mapping(settings.get("backfill"), "slurm_cluster_backfill")
@@ -410,12 +425,13 @@ def plan_partitions(
                 f"{max_time!r} is not a finite Slurm time",
                 "lent nodes come back: give a limit such as '4:00:00'",
             )
-        tier = backfill.get("priority_tier", 1)
-        if isinstance(tier, bool) or not isinstance(tier, int) or tier < 0:
+        tier = _tier(backfill.get("priority_tier", 1), "slurm_cluster_backfill.priority_tier")
+        if dedicated and tier >= batch_tier:
+            # Equal tiers would let backfill jobs hold nodes that batch jobs wait for.
             raise ConfigError(
                 "slurm_cluster_backfill.priority_tier",
-                f"{tier!r} is not a number >= 0",
-                "give a tier below the batch partition's, for example 1",
+                f"{tier} is not below slurm_cluster_batch.priority_tier ({batch_tier})",
+                "give the backfill partition the lower tier, for example 1",
             )
         partitions["backfill"] = {
             "nodesets": lendable,

@@ -143,7 +143,7 @@ def test_deployment_pod_is_scheduled_onto_a_kwok_node_and_running(
 
 def test_down_leaves_no_process_and_up_starts_again(k8s_lab: K8sLab) -> None:
     k8s_lab.down()
-    assert k8s_lab.leftovers() == []
+    assert k8s_lab.leftovers() == {}
     assert not k8s_lab.kubeconfig_path.exists()
     k8s_lab.up()  # the rest of the session (and a lab reused from before it) expects it up
     assert k8s_lab.is_healthy()

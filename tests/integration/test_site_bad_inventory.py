@@ -138,10 +138,11 @@ def snapshot(lab: t.Any) -> dict[str, t.Any]:
         status, body = lab.request("GET", path)
         if status == 404:  # the CRDs are not installed yet
             return {}
+        # The spec's generation where there is one: the operator keeps updating the status.
         return {
-            f"{i['metadata'].get('namespace', '')}/{i['metadata']['name']}": i["metadata"][
-                "resourceVersion"
-            ]
+            f"{i['metadata'].get('namespace', '')}/{i['metadata']['name']}": str(
+                i["metadata"].get("generation", i["metadata"]["resourceVersion"])
+            )
             for i in body["items"]
         }
 

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/site.yml against the lab: the real apiserver, scheduler and Slinky operator.
+"""playbooks/site.yml against the lab: the real apiserver, scheduler, Slinky operator and Slurm.
 
 The Slinky charts come from the pinned slurm-operator module (packaged by the lab); the
 apiserver validates every custom resource against the CRDs' schemas; the operator, run by
-the lab's pod runner from its chart's Deployment, reconciles them.
+the lab's pod runner from its chart's Deployment, reconciles them; the pod runner runs the
+slurmctld, slurmrestd and slurmd pods the operator creates as real Slurm 26.05 daemons with
+the slurm.conf and cgroup.conf the deployment produced.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import urllib.request
 import pytest
 from ansible_runner import REPO, run_playbook
 from pod_runner import OPERATOR_HEALTH_ADDR
+from slurm_lab import LabError, wait_until
+from slurm_pods import SlinkyRest, running_pod
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration
 
 SITE = REPO / "playbooks" / "site.yml"
+SLURM_DEADLINE_S = 90.0
 LAB_INVENTORY = REPO / "inventories" / "lab"
 NAMESPACE = "slurm"
 
@@ -43,6 +48,27 @@ def deployed(k8s_lab: t.Any) -> t.Any:
     run = run_playbook(SITE, LAB_INVENTORY)
     assert not run.failed, f"site.yml failed: {run.failures()}\n{run.output[-3000:]}"
     return k8s_lab
+
+
+@pytest.fixture(scope="module")
+def slurm(deployed: t.Any) -> SlinkyRest:
+    """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
+    secret = deployed.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/slurm-jwt-key")
+    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+
+    def batch_nodes_idle() -> bool:
+        try:
+            states = {n["name"]: n["state"] for n in rest.get("nodes")["nodes"]}
+        except LabError:  # slurmctld or slurmrestd still starting
+            return False
+        return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
+
+    wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
+    return rest
+
+
+def slurm_nodes(rest: SlinkyRest) -> dict[str, dict[str, t.Any]]:
+    return {n["name"]: n for n in rest.get("nodes")["nodes"]}
 
 
 def test_operator_runs_from_its_chart(deployed: t.Any) -> None:
@@ -110,7 +136,8 @@ def test_operator_wrote_slurm_conf(deployed: t.Any) -> None:
         "MCSPlugin=mcs/label",
         "MCSParameters=enforced,select",
         "NodeSet=hpc Feature=hpc",
-        "PartitionName=batch Nodes=hpc Default=YES MaxTime=UNLIMITED State=UP",
+        "PartitionName=batch Nodes=hpc Default=YES MaxTime=UNLIMITED PreemptMode=OFF "
+        "PriorityTier=10 State=UP",
         "PartitionName=backfill Nodes=interactive,interactive-a100 GraceTime=30 "
         "MaxTime=4:00:00 PreemptMode=REQUEUE PriorityTier=1 State=UP",
     } <= lines
@@ -150,15 +177,133 @@ def test_second_run_changes_nothing(deployed: t.Any) -> None:
 
 def test_check_mode_on_a_deployed_site_changes_nothing(deployed: t.Any) -> None:
     before = helm_releases(deployed)
+    # generation, not resourceVersion: the operator keeps writing the status.
     nodesets = {
-        n: o["metadata"]["resourceVersion"]
-        for n, o in custom_resources(deployed, "nodesets").items()
+        n: o["metadata"]["generation"] for n, o in custom_resources(deployed, "nodesets").items()
     }
     run = run_playbook(SITE, LAB_INVENTORY, check=True, diff=True)
     assert not run.failed, run.failures()
     assert run.changed == 0, f"check mode reports changes: {run.changed_tasks()}"
     assert helm_releases(deployed) == before
     assert {
-        n: o["metadata"]["resourceVersion"]
-        for n, o in custom_resources(deployed, "nodesets").items()
+        n: o["metadata"]["generation"] for n, o in custom_resources(deployed, "nodesets").items()
     } == nodesets
+
+
+def test_real_slurm_runs_the_generated_configuration(deployed: t.Any, slurm: SlinkyRest) -> None:
+    # slurmctld 26.05 started from the operator's slurm.conf (with our extraConfMap) and
+    # every slurmd of the StatefulSet NodeSet registered with it.
+    nodes = slurm_nodes(slurm)
+    assert {name: (n["features"], n["partitions"]) for name, n in nodes.items()} == {
+        "hpc-0": (["hpc"], ["batch"]),
+        "hpc-1": (["hpc"], ["batch"]),
+    }
+    partitions = {p["name"]: p for p in slurm.get("partitions")["partitions"]}
+    assert partitions["batch"]["priority"]["tier"] == 10
+    backfill = partitions["backfill"]
+    assert backfill["priority"]["tier"] == 1
+    assert backfill["grace_time"] == 30
+    assert backfill["maximums"]["time"] == {"set": True, "infinite": False, "number": 240}
+    # The operator reads Slurm's view back into the NodeSet's status through slurmrestd.
+    hpc = custom_resources(deployed, "nodesets")["slurm-worker-hpc"]
+    wait_until(
+        lambda: (
+            deployed.get(
+                f"/apis/slinky.slurm.net/v1beta1/namespaces/{NAMESPACE}/nodesets/slurm-worker-hpc"
+            )["status"].get("slurmIdle")
+            == 2
+        ),
+        SLURM_DEADLINE_S,
+        f"NodeSet slurm-worker-hpc status.slurmIdle 2 (was {hpc['status']})",
+    )
+
+
+JOB_SCRIPT = """#!/bin/sh
+# What the job's cgroup allows it: memory, memory+swap and CPUs.
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  job=$(sed -n 's/^0:://p' /proc/self/cgroup); job=${job%%/step_*}
+  echo "memory $(cat /sys/fs/cgroup$job/memory.max)"
+  echo "swap $(cat /sys/fs/cgroup$job/memory.swap.max)"
+else
+  job=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); job=${job%%/step_*}
+  mem=$(cat /sys/fs/cgroup/memory$job/memory.limit_in_bytes)
+  memsw=$(cat /sys/fs/cgroup/memory$job/memory.memsw.limit_in_bytes)
+  echo "memory $mem"
+  echo "swap $((memsw - mem))"
+fi
+echo "cpus $(nproc)"
+"""
+
+
+def test_cgroup_conf_confines_each_job(deployed: t.Any, slurm: SlinkyRest) -> None:
+    status, body = slurm.request(
+        "POST",
+        f"/slurm/{slurm.api}/job/submit",
+        {
+            "job": {
+                "name": "cgroup-check",
+                "partition": "batch",
+                "memory_per_node": {"set": True, "number": 100},
+                "cpus_per_task": 1,
+                "current_working_directory": "/tmp",
+                "standard_output": "/tmp/cgroup-check-%j.out",
+                "environment": ["PATH=/usr/bin:/bin"],
+                "script": JOB_SCRIPT,
+            }
+        },
+        user="alice",
+    )
+    assert status == 200, body
+    job_id = body["job_id"]
+
+    def finished() -> dict[str, t.Any] | None:
+        job = slurm.get(f"job/{job_id}")["jobs"][0]
+        return job if {"COMPLETED", "FAILED"} & set(job["job_state"]) else None
+
+    job = wait_until(finished, SLURM_DEADLINE_S, f"job {job_id} to finish")
+    assert job["job_state"] == ["COMPLETED"], job["job_state"]
+    node = job["nodes"]
+    # The job ran in the slurmd pod of that Slurm node: its /tmp is that pod's own.
+    pod = running_pod(deployed.run_dir, f"{NAMESPACE}/slurm-worker-{node}")
+    report = dict(
+        line.split(" ", 1)
+        for line in (pod.workdir / "tmp" / f"cgroup-check-{job_id}.out").read_text().splitlines()
+    )
+    assert report == {
+        "memory": str(100 * 1024 * 1024),  # ConstrainRAMSpace: the job's --mem
+        "swap": "0",  # ConstrainSwapSpace with AllowedSwapSpace=0
+        "cpus": "1",  # ConstrainCores: the one CPU it asked for
+    }
+
+
+def test_a_lent_node_joins_backfill_through_the_daemonset_nodeset(
+    deployed: t.Any, slurm: SlinkyRest
+) -> None:
+    # What lend does in the end (the handover protocol adds the checks and the journal):
+    # the label the lendable NodeSet selects, the taint it tolerates.
+    patch = {
+        "metadata": {"labels": {"hpcops.io/slurm-lent": "true"}},
+        "spec": {"taints": [{"key": "hpcops.io/lent", "value": "slurm", "effect": "NoSchedule"}]},
+    }
+    undo = {"metadata": {"labels": {"hpcops.io/slurm-lent": None}}, "spec": {"taints": None}}
+    merge = "application/merge-patch+json"
+    status, body = deployed.request("PATCH", "/api/v1/nodes/int01", patch, content_type=merge)
+    assert status == 200, body
+    try:
+        lent = wait_until(
+            lambda: [n for n in slurm_nodes(slurm).values() if n["partitions"] == ["backfill"]],
+            SLURM_DEADLINE_S,
+            "a slurmd on int01 in partition backfill",
+        )
+        assert len(lent) == 1
+        assert lent[0]["features"] == ["interactive"]
+        assert "IDLE" in lent[0]["state"]
+    finally:
+        status, body = deployed.request("PATCH", "/api/v1/nodes/int01", undo, content_type=merge)
+        assert status == 200, body
+    # Given back: the DaemonSet pod goes, its preStop hook deletes the Slurm node.
+    wait_until(
+        lambda: set(slurm_nodes(slurm)) == {"hpc-0", "hpc-1"},
+        SLURM_DEADLINE_S,
+        "the lent node to leave Slurm",
+    )

@@ -59,6 +59,7 @@ from typing import Any
 import k8s_binaries
 from k8s_binaries import KUBERNETES_VERSION
 from slurm_lab import LabError, RunDirState, is_zombie, port_free, stop_pids, wait_until
+from slurm_pods import SlinkyCluster
 
 RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "k8s"
 REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
@@ -728,15 +729,19 @@ class K8sLab(RunDirState):
             if pid_runs(pid, component_exe(component)):
                 stop_pids([pid], running, STOP_GRACE_S)
         stop_pids(stray_pids(), running, STOP_GRACE_S)
+        slinky = SlinkyCluster(self)
+        slinky.down()  # what a killed pod runner left of the Slurm pods
         self.state_path.unlink(missing_ok=True)
         self.kubeconfig_path.unlink(missing_ok=True)  # its tokens die with the lab
         left = self.leftovers()
         if left:
-            raise LabError(f"Kubernetes lab did not go down cleanly: pids {left} still run")
+            raise LabError(f"Kubernetes lab did not go down cleanly: {left}")
 
-    def leftovers(self) -> list[int]:
-        """Pids of lab processes still running; empty when the lab is down."""
-        return [pid for pid in stray_pids() if not is_zombie(pid)]
+    def leftovers(self) -> dict[str, list[Any]]:
+        """Lab processes still running, Slurm pod namespaces; empty when the lab is down."""
+        found = SlinkyCluster(self).leftovers()
+        pids = [pid for pid in stray_pids() if not is_zombie(pid)]
+        return {**found, "lab processes": pids} if pids else found
 
 
 # --------------------------------------------------------------------------------------

@@ -6,13 +6,15 @@ programs the lab can run on this machine, this runner plays the kubelet: it watc
 apiserver, starts the real program when such a pod is Running, restarts it when it exits,
 and stops it (SIGTERM, then SIGKILL) when the pod is gone or terminating.
 
-Known pods (by the last path element of the container image's repository):
+Known pods (by the last path element of a container image's repository):
 
 * ``slurm-operator``: the real operator binary from ``k8s_binaries.py`` with the pod's
   own arguments, the listen addresses moved to 127.0.0.1, and a kubeconfig holding a token
   of the pod's service account (so the chart's RBAC is what the operator gets).  ``DEBUG=1``
   makes the operator reach slurmrestd at ``http://localhost:6820`` instead of a Service
   name that only cluster DNS resolves.
+* ``slurmctld``, ``slurmrestd``, ``slurmd``: the real Slurm 26.05 daemons, see
+  ``slurm_pods.py`` (their volumes, network namespaces and hostnames).
 
 The runner is started by ``k8s_lab.py up`` and stopped by ``k8s_lab.py down``; it writes
 one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
@@ -31,8 +33,12 @@ from typing import Any
 
 import k8s_binaries
 from slurm_lab import LabError
+from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name
 
 POLL_S = 1.0
+# How often mounted ConfigMaps and Secrets are compared with the apiserver's (the chart's
+# reconfigure sidecar polls every 5 s too).
+REFRESH_S = 5.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STOP_GRACE_S = 10.0
 TOKEN_LIFETIME_S = 24 * 3600
@@ -43,13 +49,6 @@ OPERATOR_METRICS_ADDR = "127.0.0.1:16482"
 
 def log(message: str) -> None:
     print(f"[pod-runner] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
-
-
-def image_name(image: str) -> str:
-    """'ghcr.io/slinkyproject/slurm-operator:1.1.0' -> 'slurm-operator'."""
-    repository = image.split("@", 1)[0]
-    last = repository.rsplit("/", 1)[-1]
-    return last.split(":", 1)[0]
 
 
 def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -78,6 +77,8 @@ class RunningPod:
     argv: list[str]
     env: dict[str, str]
     log_path: Path
+    cwd: Path | None = None
+    slurm: SlurmPod | None = None
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     next_start: float = 0.0
@@ -91,18 +92,28 @@ class PodRunner:
         self.pod_dir = lab.run_dir / "pods"
         self.log_dir = lab.run_dir / "log" / "pods"
         self.stopping = False
+        self.slinky = SlinkyCluster(lab)
+        self.next_refresh = 0.0
 
     # ---- what to run -----------------------------------------------------------------
 
     def spec_for(self, pod: dict[str, Any]) -> RunningPod | None:
         """How to run pod on this machine, or None when the lab does not run it."""
         containers = pod["spec"].get("containers", [])
-        if len(containers) != 1:
+        if len(containers) == 1 and image_name(containers[0].get("image", "")) == "slurm-operator":
+            return self.operator_spec(pod, containers[0])
+        slurm = self.slinky.spec_for(pod)
+        if slurm is None:
             return None
-        container = containers[0]
-        if image_name(container.get("image", "")) == "slurm-operator":
-            return self.operator_spec(pod, container)
-        return None
+        meta = pod["metadata"]
+        return RunningPod(
+            uid=meta["uid"],
+            name=f"{meta['namespace']}/{meta['name']}",
+            argv=slurm.argv,
+            env=slurm.env,
+            log_path=self.log_dir / f"{meta['namespace']}_{meta['name']}.log",
+            slurm=slurm,
+        )
 
     def operator_spec(self, pod: dict[str, Any], container: dict[str, Any]) -> RunningPod:
         meta = pod["metadata"]
@@ -129,6 +140,7 @@ class PodRunner:
                 "DEBUG": "1",
             },
             log_path=self.log_dir / f"{meta['namespace']}_{meta['name']}.log",
+            cwd=workdir,
             files=[kubeconfig],
         )
 
@@ -159,15 +171,42 @@ class PodRunner:
 
     def sync(self) -> None:
         wanted = self.wanted_pods()
+        hosts_changed = False
         for uid in [uid for uid in self.pods if uid not in wanted]:
-            self.stop(self.pods.pop(uid))
-        for uid, pod in wanted.items():
+            pod = self.pods.pop(uid)
+            self.stop(pod)
+            hosts_changed |= pod.slurm is not None
+        for uid, manifest in wanted.items():
             if uid not in self.pods:
-                spec = self.spec_for(pod)
+                try:
+                    spec = self.spec_for(manifest)
+                except LabError as err:  # a ConfigMap not written yet: the kubelet waits too
+                    log(f"not starting {manifest['metadata']['name']} yet: {err}")
+                    continue
                 if spec is None:
                     continue
                 self.pods[uid] = spec
-            self.keep_running(self.pods[uid])
+                hosts_changed |= spec.slurm is not None
+        if hosts_changed:
+            self.slinky.write_hosts(self.slinky.services())
+        if time.monotonic() >= self.next_refresh:
+            self.next_refresh = time.monotonic() + REFRESH_S
+            self.refresh_volumes(wanted)
+        for pod in self.pods.values():
+            self.keep_running(pod)
+
+    def refresh_volumes(self, manifests: dict[str, dict[str, Any]]) -> None:
+        """New ConfigMap and Secret contents into the Slurm pods' files; reconfigure slurmctld."""
+        if self.slinky.addresses:  # Services may have come or changed their selectors
+            self.slinky.write_hosts(self.slinky.services())
+        for uid, pod in self.pods.items():
+            if pod.slurm is None or not self.slinky.refresh(manifests[uid], pod.slurm):
+                continue
+            log(f"{pod.name}: mounted ConfigMaps or Secrets changed")
+            if pod.slurm.kind == "slurmctld":
+                done = pod.slurm.exec("scontrol", "reconfigure")
+                outcome = "done" if done.returncode == 0 else f"failed: {done.stderr.strip()}"
+                log(f"{pod.name}: scontrol reconfigure {outcome}")
 
     def keep_running(self, pod: RunningPod) -> None:
         if pod.process is not None and pod.process.poll() is None:
@@ -188,13 +227,19 @@ class PodRunner:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=pod.env,
-                cwd=pod.env["HOME"],
+                cwd=pod.cwd,
                 start_new_session=True,
+                # The runner has no threads, so a preexec function is safe here.
+                preexec_fn=pod.slurm.preexec() if pod.slurm else None,  # noqa: PLW1509
             )
-        log(f"started {pod.name} as pid {pod.process.pid} (restarts: {pod.restarts})")
+        what = describe(pod.slurm) if pod.slurm else pod.argv[0]
+        log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")
 
     def stop(self, pod: RunningPod) -> None:
         process = pod.process
+        if pod.slurm and pod.slurm.pre_stop and process is not None and process.poll() is None:
+            hook = pod.slurm.exec(*pod.slurm.pre_stop, timeout=STOP_GRACE_S)
+            log(f"{pod.name}: preStop hook exited with {hook.returncode} {hook.stderr.strip()}")
         if process is not None and process.poll() is None:
             process.terminate()
             try:
@@ -205,6 +250,8 @@ class PodRunner:
             log(f"stopped {pod.name} (pid {process.pid})")
         for path in pod.files:
             path.unlink(missing_ok=True)  # the service account token goes with the pod
+        if pod.slurm is not None:
+            self.slinky.release_pod(pod.uid, pod.slurm)
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.on_signal)

@@ -96,6 +96,7 @@ EXIT_DEGRADED = 1
 
 T = TypeVar("T")
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWNET = 0x40000000
 
@@ -254,13 +255,19 @@ def ensure_chroot(release: Release) -> Path:
         return root
     if shutil.which("debootstrap") is None:
         raise LabError("debootstrap is missing: run `apt-get install debootstrap` (as root)")
-    log(f"building {release.suite} chroot for Slurm {release.name} (about 1 min)...")
+    log(f"preparing the {release.suite} chroot for Slurm {release.name} (up to 1 min)...")
     started = time.monotonic()
     root.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{release.suite}-", dir=root.parent))
     build_dir.chmod(0o755)  # it becomes "/" for the slurm and job users
+    sibling = root.parent / release.suite
     try:
-        build_chroot(build_dir, release)
+        if sibling != root and chroot_is_current(sibling, release) and not mounts_under(sibling):
+            # Same suite and recipe: a copy takes seconds, debootstrap a minute.
+            log(f"copying {sibling} to {root}")
+            sh("cp", "-a", "--reflink=auto", f"{sibling}/.", str(build_dir))
+        else:
+            build_chroot(build_dir, release)
         if root.exists():
             remove_tree(root)
         build_dir.rename(root)
@@ -404,13 +411,58 @@ def lab_links(release: Release) -> list[str]:
     )
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _checked(result: int, what: str) -> None:
+def checked(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+LIBC.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_void_p,
+]
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One mount of a pod process: a source on the host (or a file system type) at a path."""
+
+    target: str  # path inside the chroot
+    source: str = ""  # host path for bind mounts
+    fstype: str = ""  # proc, sysfs, tmpfs
+    read_only: bool = False
+    recursive: bool = False
+
+
+def mount_in(root: Path, mount: Mount) -> None:
+    path = root / mount.target.lstrip("/")
+    if mount.fstype or Path(mount.source).is_dir():
+        # Below an earlier mount of this pod (a tmpfs, a volume) the mount point is new.
+        path.mkdir(parents=True, exist_ok=True)
+    target = str(path).encode()
+    if mount.fstype:
+        flags = MS_RDONLY if mount.read_only else 0
+        src = mount.fstype.encode()
+        checked(LIBC.mount(src, target, src, flags, None), f"mount {mount.fstype}")
+        return
+    flags = MS_BIND | (MS_REC if mount.recursive else 0)
+    checked(LIBC.mount(mount.source.encode(), target, None, flags, None), f"bind {mount.target}")
+    if mount.read_only:
+        checked(
+            LIBC.mount(None, target, None, MS_BIND | MS_RDONLY | MS_REMOUNT, None),
+            f"read-only {mount.target}",
+        )
 
 
 def chroot_setup(
@@ -418,16 +470,25 @@ def chroot_setup(
     netns: str | None = None,
     hostname: str | None = None,
     ids: tuple[int, int] | None = None,
+    mounts: Sequence[Mount] = (),
 ) -> Callable[[], None]:
-    """A preexec function: enter a network namespace, own UTS namespace, chroot, drop to a user."""
+    """A preexec function: enter a network namespace, own UTS namespace, with mounts a
+    private mount namespace holding them, chroot, drop to a user."""
 
     def setup() -> None:
         if netns:
             fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            _checked(_libc.setns(fd, CLONE_NEWNET), "setns")
+            checked(LIBC.setns(fd, CLONE_NEWNET), "setns")
             os.close(fd)
+        if hostname or mounts:
+            flags = (CLONE_NEWUTS if hostname else 0) | (CLONE_NEWNS if mounts else 0)
+            checked(LIBC.unshare(flags), "unshare")
+        if mounts:
+            # Nothing mounted here may show in the host's namespace (or other processes').
+            checked(LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make-rprivate")
+            for mount in mounts:
+                mount_in(root, mount)
         if hostname:
-            _checked(_libc.unshare(CLONE_NEWUTS), "unshare")
             socket.sethostname(hostname)
         os.chroot(root)
         os.chdir("/")
@@ -656,40 +717,14 @@ class RunDirState:
         self.state_path.write_text(json.dumps(state, indent=2) + "\n")
 
 
-class SlurmLab(RunDirState):
-    """One Slurm cluster of one release; see the module docstring."""
+class SlurmRestClient:
+    """HTTP calls to one slurmrestd with JWTs the caller mints (`url` and `token` come from
+    the class using it)."""
 
-    def __init__(self, release: str) -> None:
-        if release not in RELEASES:
-            raise LabError(f"unknown release {release!r}; known: {', '.join(RELEASES)}")
-        self.release = RELEASES[release]
-        self.root = chroot_path(self.release)
-        self.run_dir = RUN_DIR / f"slurm-{release}"
-        self.url = f"http://127.0.0.1:{self.release.rest_port}"
-        self.conf_server = f"{self.release.address(1)}:{self.release.ctld_port}"
-        self.node_names = list(STATIC_NODES)
-
-    # ---- paths and state -------------------------------------------------------------
-
-    @property
-    def jwt_key_path(self) -> Path:
-        return self.run_dir / "etc/jwt_hs256.key"
-
-    def record_pid(self, name: str, pid: int) -> None:
-        state = self.load_state()
-        state.setdefault("pids", {})[name] = pid
-        self.save_state(state)
-
-    # ---- REST ------------------------------------------------------------------------
+    url: str
 
     def token(self, user: str = "root", lifespan: int = 600) -> str:
-        try:
-            key = self.jwt_key_path.read_bytes()
-        except OSError:
-            raise LabError(
-                f"Slurm {self.release.name} lab is not up (no {self.jwt_key_path})"
-            ) from None
-        return mint_token(key, user, lifespan)
+        raise NotImplementedError
 
     def request(
         self,
@@ -726,6 +761,42 @@ class SlurmLab(RunDirState):
             return status, json.loads(text)
         except ValueError:
             return status, text
+
+
+class SlurmLab(RunDirState, SlurmRestClient):
+    """One Slurm cluster of one release; see the module docstring."""
+
+    def __init__(self, release: str) -> None:
+        if release not in RELEASES:
+            raise LabError(f"unknown release {release!r}; known: {', '.join(RELEASES)}")
+        self.release = RELEASES[release]
+        self.root = chroot_path(self.release)
+        self.run_dir = RUN_DIR / f"slurm-{release}"
+        self.url = f"http://127.0.0.1:{self.release.rest_port}"
+        self.conf_server = f"{self.release.address(1)}:{self.release.ctld_port}"
+        self.node_names = list(STATIC_NODES)
+
+    # ---- paths and state -------------------------------------------------------------
+
+    @property
+    def jwt_key_path(self) -> Path:
+        return self.run_dir / "etc/jwt_hs256.key"
+
+    def record_pid(self, name: str, pid: int) -> None:
+        state = self.load_state()
+        state.setdefault("pids", {})[name] = pid
+        self.save_state(state)
+
+    # ---- REST ------------------------------------------------------------------------
+
+    def token(self, user: str = "root", lifespan: int = 600) -> str:
+        try:
+            key = self.jwt_key_path.read_bytes()
+        except OSError:
+            raise LabError(
+                f"Slurm {self.release.name} lab is not up (no {self.jwt_key_path})"
+            ) from None
+        return mint_token(key, user, lifespan)
 
     def openapi_spec(self) -> dict[str, Any]:
         status, spec = self.request("GET", "/openapi/v3")

@@ -91,6 +91,13 @@ def test_partitions_batch_and_backfill() -> None:
     partitions = build_values(SETTINGS, NODES)["partitions"]
     assert partitions["all"] == {"enabled": False}
     assert partitions["batch"]["nodesets"] == ["hpc"]
+    assert partitions["batch"]["configMap"] == {
+        "State": "UP",
+        "Default": "YES",
+        "MaxTime": "UNLIMITED",
+        "PriorityTier": 10,
+        "PreemptMode": "OFF",
+    }
     backfill = partitions["backfill"]
     assert backfill["nodesets"] == ["interactive", "interactive-a100", "interactive-h100"]
     assert backfill["configMap"] == {
@@ -100,6 +107,23 @@ def test_partitions_batch_and_backfill() -> None:
         "MaxTime": "2:00:00",
         "GraceTime": 60,
     }
+
+
+@pytest.mark.parametrize(
+    ("batch", "backfill", "variable"),
+    [
+        ({"priority_tier": 1}, {"priority_tier": 1}, "slurm_cluster_backfill.priority_tier"),
+        ({"priority_tier": 5}, {"priority_tier": 9}, "slurm_cluster_backfill.priority_tier"),
+        ({"priority_tier": -1}, {}, "slurm_cluster_batch.priority_tier"),
+        ({"priority_tier": "high"}, {}, "slurm_cluster_batch.priority_tier"),
+    ],
+)
+def test_backfill_tier_must_be_below_batch(
+    batch: dict[str, t.Any], backfill: dict[str, t.Any], variable: str
+) -> None:
+    # Equal tiers make partition_prio preemption a no-op: backfill jobs would keep the nodes.
+    with pytest.raises(ConfigError, match=variable.replace(".", r"\.")):
+        build_values({**SETTINGS, "batch": batch, "backfill": backfill}, NODES)
 
 
 def test_slurm_conf_restated_for_chart_1_2_only() -> None:

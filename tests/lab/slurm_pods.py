@@ -1,0 +1,469 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Slurm pods of a Slinky cluster, run for real by the pod runner.
+
+The Slinky operator turns the `slurm` chart's custom resources into a slurmctld
+StatefulSet, a slurmrestd Deployment and one pod per Slurm node (NodeSet).  kwok marks
+those pods Running; this module starts, for each, the real Debian forky daemon the pod's
+image would run, from a chroot of its own (``$HPCOPS_LAB_CACHE/chroot/forky-slinky``), so
+the configuration the operator generated from our values is read by real Slurm 26.05:
+
+* every pod's volumes (ConfigMaps, Secrets, projected volumes) are written to
+  ``<k8s run dir>/slinky/<pod uid>/volumes/<volume>`` and bind-mounted where the pod's
+  container mounts them, in a private mount namespace, so pods never see each other's
+  files; ``emptyDir`` volumes get a directory of their own;
+* slurmctld and slurmd pods get a network namespace on the bridge ``hplslinky``
+  (``198.18.28.0/24``) and the pod's hostname, and ``/etc/hosts`` names every such pod
+  and the Services that select it (``slurm-controller.slurm``), as cluster DNS would;
+* slurmrestd runs in the host network namespace on ``127.0.0.1:6820``, where the
+  operator (``DEBUG=1``) looks for it;
+* when a ConfigMap or Secret changes, the runner rewrites the files, and for slurmctld
+  runs ``scontrol reconfigure`` as the chart's ``reconfigure`` sidecar does.
+
+Slurm's own log files land in the ``log`` volume directory of each pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_lab import (
+    CHROOT_ENV_PATH,
+    RELEASES,
+    REST_USER,
+    LabError,
+    Mount,
+    Release,
+    SlurmRestClient,
+    chroot_path,
+    chroot_setup,
+    chroot_user,
+    ensure_chroot,
+    in_chroot,
+    lab_links,
+    lab_netns,
+    mint_token,
+    pids_in_chroot,
+    sh,
+    stop_pids,
+)
+
+# The cluster's own chroot and bridge: `down` of the Slurm lab stops every process rooted
+# in its chroot, so the Slinky cluster must not share one with it.
+SLINKY_RELEASE = Release(
+    name="slinky",
+    suite="forky",
+    debootstrap_script="sid",
+    subnet="198.18.28",
+    ctld_port=6817,
+    slurmd_port=6818,
+    rest_port=6820,
+    dynamic_nodes=True,
+    api_versions=RELEASES["26.05"].api_versions,
+    in_test_matrix=False,
+)
+BRIDGE = SLINKY_RELEASE.prefix
+FIRST_POD_HOST = 10
+# Where the operator, run with DEBUG=1, looks for slurmrestd.
+REST_ADDRESS = "127.0.0.1:6820"
+SLURM_IMAGES = ("slurmctld", "slurmrestd", "slurmd")
+
+
+def netns_inode(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def remove_cgroups(name: str) -> None:
+    """The cgroup v1 directories slurmd made for one node (cgroup/v1 names them slurm_<node>),
+    deepest first; only empty ones can go, and after slurmd stopped they are."""
+    for top in Path("/sys/fs/cgroup").glob(f"*/{name}"):
+        for path in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir():
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
+def image_name(image: str) -> str:
+    """'ghcr.io/slinkyproject/slurmctld:26.05-ubuntu24.04' -> 'slurmctld'."""
+    repository = image.split("@", 1)[0]
+    last = repository.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0]
+
+
+def scratch_dirs(workdir: Path) -> tuple[str, ...]:
+    """/tmp and /run of one pod, created below its directory."""
+    for sub, mode in (("tmp", 0o1777), ("run", 0o755)):
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+        (workdir / sub).chmod(mode)
+    return ("tmp", "run")
+
+
+def main_container(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's container running one of the Slurm images, if any."""
+    containers: list[dict[str, Any]] = pod["spec"].get("containers", [])
+    for container in containers:
+        if image_name(container.get("image", "")) in SLURM_IMAGES:
+            return container
+    return None
+
+
+@dataclass
+class SlurmPod:
+    """How one Slurm pod runs: its command, namespaces and mounts (saved as exec.json)."""
+
+    name: str  # namespace/name
+    kind: str  # slurmctld, slurmrestd or slurmd
+    argv: list[str]
+    env: dict[str, str]
+    root: Path
+    mounts: list[Mount]
+    workdir: Path
+    netns: str | None
+    address: str | None
+    hostname: str
+    ids: tuple[int, int] | None
+    pre_stop: list[str] | None = None  # the container's preStop exec command
+    volumes_digest: str = ""
+
+    def preexec(self) -> Callable[[], None]:
+        return chroot_setup(
+            self.root,
+            netns=self.netns,
+            hostname=self.hostname if self.netns else None,
+            ids=self.ids,
+            mounts=self.mounts,
+        )
+
+    def save(self) -> None:
+        fields = {**self.__dict__, "root": str(self.root), "workdir": str(self.workdir)}
+        fields["mounts"] = [m.__dict__ for m in self.mounts]
+        (self.workdir / "exec.json").write_text(json.dumps(fields, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> SlurmPod:
+        fields = json.loads(path.read_text())
+        fields["root"], fields["workdir"] = Path(fields["root"]), Path(fields["workdir"])
+        fields["mounts"] = [Mount(**m) for m in fields["mounts"]]
+        fields["ids"] = tuple(fields["ids"]) if fields["ids"] else None
+        return cls(**fields)
+
+    def exec(self, *argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """A command in the pod, as `kubectl exec` runs it (as root, without the cgroups)."""
+        mounts = [m for m in self.mounts if m.target != "/sys/fs/cgroup"]
+        return subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={"PATH": CHROOT_ENV_PATH, "LC_ALL": "C", "HOME": "/tmp"},
+            preexec_fn=chroot_setup(
+                self.root,
+                netns=self.netns,
+                hostname=self.hostname if self.netns else None,
+                mounts=mounts,
+            ),
+        )
+
+
+def running_pod(run_dir: Path, name: str) -> SlurmPod:
+    """The Slurm pod `namespace/name` the pod runner runs now; LabError when none."""
+    for path in sorted((run_dir / "slinky").glob("*/exec.json")):
+        pod = SlurmPod.load(path)
+        if pod.name == name:
+            return pod
+    raise LabError(f"the pod runner runs no Slurm pod {name}")
+
+
+class SlinkyCluster:
+    """The chroot, bridge, namespaces and files of the Slurm pods of one lab."""
+
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab
+        self.root = chroot_path(SLINKY_RELEASE)
+        self.dir = lab.run_dir / "slinky"
+        self.hosts_path = self.dir / "hosts"
+        self.addresses: dict[str, tuple[str, dict[str, str]]] = {}  # uid -> (ip, pod labels)
+
+    # ---- set-up shared by all pods ---------------------------------------------------
+
+    def prepare(self) -> None:
+        """The chroot and the bridge; idempotent, called before the first Slurm pod."""
+        ensure_chroot(SLINKY_RELEASE)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not Path(f"/sys/class/net/{BRIDGE}").exists():
+            sh("ip", "link", "add", BRIDGE, "type", "bridge")
+            sh("ip", "addr", "add", f"{SLINKY_RELEASE.address(1)}/24", "dev", BRIDGE)
+            sh("ip", "link", "set", BRIDGE, "up")
+        if not self.hosts_path.exists():
+            self.write_hosts([])
+
+    def netns_for(self, uid: str) -> tuple[str, str]:
+        """A network namespace on the bridge for one pod: its name and address."""
+        taken = {ip for ip, _labels in self.addresses.values()}
+        host = next(h for h in range(FIRST_POD_HOST, 250) if SLINKY_RELEASE.address(h) not in taken)
+        address = SLINKY_RELEASE.address(host)
+        name = f"{BRIDGE}-{host}"
+        if Path(f"/run/netns/{name}").exists():  # left by a runner that was killed
+            sh("ip", "netns", "delete", name)
+        sh("ip", "netns", "add", name)
+        sh("ip", "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name)
+        sh("ip", "link", "set", name, "master", BRIDGE, "up")
+        for cmd in (
+            ("ip", "addr", "add", f"{address}/24", "dev", "eth0"),
+            ("ip", "link", "set", "eth0", "up"),
+            ("ip", "link", "set", "lo", "up"),
+        ):
+            sh("ip", "netns", "exec", name, *cmd)
+        return name, address
+
+    def release_pod(self, uid: str, pod: SlurmPod) -> None:
+        """After the pod's main process stopped: what it left (slurmstepd, job processes),
+        its namespace and the cgroups slurmd made for it.  Its files stay for the logs."""
+        self.addresses.pop(uid, None)
+        (pod.workdir / "exec.json").unlink(missing_ok=True)  # no `exec` into a stopped pod
+        if not pod.netns or not Path(f"/run/netns/{pod.netns}").exists():
+            return
+        inode = os.stat(f"/run/netns/{pod.netns}").st_ino
+        stop_pids(
+            [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) == inode],
+            in_chroot(self.root),
+            grace_s=2.0,
+        )
+        sh("ip", "netns", "delete", pod.netns, check=False)
+        if pod.kind == "slurmd":
+            remove_cgroups(f"slurm_{pod.hostname}")
+
+    def down(self) -> None:
+        """Stop every process in the chroot, delete the pods' namespaces, cgroups and bridge."""
+        stop_pids(pids_in_chroot(self.root), in_chroot(self.root), grace_s=5.0)
+        for path in sorted((self.dir).glob("*/exec.json")):
+            pod = SlurmPod.load(path)
+            if pod.kind == "slurmd":
+                remove_cgroups(f"slurm_{pod.hostname}")
+        for netns in lab_netns(SLINKY_RELEASE):
+            sh("ip", "netns", "delete", netns, check=False)
+        for link in lab_links(SLINKY_RELEASE):
+            sh("ip", "link", "delete", link, check=False)
+
+    def leftovers(self) -> dict[str, list[Any]]:
+        found: dict[str, list[Any]] = {
+            "processes": pids_in_chroot(self.root),
+            "netns": lab_netns(SLINKY_RELEASE),
+            "links": lab_links(SLINKY_RELEASE),
+        }
+        return {key: value for key, value in found.items() if value}
+
+    def write_hosts(self, services: list[dict[str, Any]]) -> None:
+        """/etc/hosts for the pods: each pod by hostname and each Service selecting it."""
+        lines = [Path("/etc/hosts").read_text().rstrip("\n"), "# hpcops lab: Slinky pods"]
+        for address, labels in sorted(self.addresses.values()):
+            names = [labels["__hostname"], *labels["__fqdn"].split()]
+            for service in services:
+                selector = service["spec"].get("selector") or {}
+                if selector and all(labels.get(k) == v for k, v in selector.items()):
+                    meta = service["metadata"]
+                    names += [
+                        f"{meta['name']}.{meta['namespace']}",
+                        f"{meta['name']}.{meta['namespace']}.svc.cluster.local",
+                    ]
+            lines.append(f"{address}\t{' '.join(dict.fromkeys(names))}")
+        text = "\n".join(lines) + "\n"
+        # In place: the pods bind-mount this very inode.
+        if not self.hosts_path.exists() or self.hosts_path.read_text() != text:
+            with self.hosts_path.open("w") as out:
+                out.write(text)
+
+    # ---- volumes ---------------------------------------------------------------------
+
+    def object_data(self, kind: str, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A ConfigMap's or Secret's data as bytes, None when it does not exist (yet)."""
+        plural = "configmaps" if kind == "configMap" else "secrets"
+        status, body = self.lab.request("GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}")
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(body, dict):
+            raise LabError(f"GET {plural}/{name} answered {status}")
+        if kind == "configMap":
+            return {k: v.encode() for k, v in (body.get("data") or {}).items()}
+        return {k: base64.b64decode(v) for k, v in (body.get("data") or {}).items()}
+
+    def volume_files(self, namespace: str, volume: dict[str, Any]) -> dict[str, bytes] | None:
+        """The files a configMap, secret or projected volume holds; None for other kinds, and
+        a LabError while a source it needs does not exist yet (the kubelet waits too)."""
+        sources: list[tuple[str, dict[str, Any]]] = []
+        if "projected" in volume:
+            for source in volume["projected"].get("sources", []):
+                sources += [(kind, spec) for kind, spec in source.items()]
+        elif "configMap" in volume:
+            sources.append(("configMap", volume["configMap"]))
+        elif "secret" in volume:
+            sources.append(("secret", {**volume["secret"], "name": volume["secret"]["secretName"]}))
+        else:
+            return None
+        files: dict[str, bytes] = {}
+        for kind, spec in sources:
+            if kind not in ("configMap", "secret"):
+                continue
+            data = self.object_data(kind, namespace, spec["name"])
+            if data is None:
+                if spec.get("optional"):
+                    continue
+                raise LabError(f"{kind} {namespace}/{spec['name']} does not exist yet")
+            items = spec.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                if item["key"] in data:
+                    files[item["path"]] = data[item["key"]]
+        return files
+
+    def materialize(self, pod: dict[str, Any], workdir: Path, owner: tuple[int, int]) -> str:
+        """Write the pod's volumes below workdir/volumes; return a digest of their files."""
+        namespace = pod["metadata"]["namespace"]
+        digest = hashlib.sha256()
+        for volume in pod["spec"].get("volumes", []):
+            target = workdir / "volumes" / volume["name"]
+            target.mkdir(parents=True, exist_ok=True)
+            os.chown(target, *owner)
+            files = self.volume_files(namespace, volume)
+            if files is None:
+                continue  # emptyDir and friends: an empty directory of the pod's own
+            for rel, content in sorted(files.items()):
+                digest.update(f"{volume['name']}/{rel}\0".encode() + content + b"\0")
+                path = target / rel
+                if path.exists() and path.read_bytes() == content:
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+                # Keys are for the daemon's user only (Slurm refuses readable keys).
+                path.chmod(0o600 if rel.endswith(".key") else 0o644)
+                os.chown(path, *owner)
+        return digest.hexdigest()
+
+    def volume_mounts(self, container: dict[str, Any], workdir: Path) -> list[Mount]:
+        mounts = []
+        for mount in container.get("volumeMounts", []):
+            mounts.append(
+                Mount(
+                    target=mount["mountPath"],
+                    source=str(workdir / "volumes" / mount["name"]),
+                    read_only=bool(mount.get("readOnly")),
+                )
+            )
+        # Parents first: /run/slurmctld goes inside the pod's /run, not under it.
+        return sorted(mounts, key=lambda m: m.target.count("/"))
+
+    # ---- pods ------------------------------------------------------------------------
+
+    def spec_for(self, pod: dict[str, Any]) -> SlurmPod | None:
+        container = main_container(pod)
+        if container is None:
+            return None
+        self.prepare()
+        kind = image_name(container["image"])
+        meta = pod["metadata"]
+        workdir = self.dir / meta["uid"]
+        slurm_ids = chroot_user(self.root, "slurm")
+        owner = chroot_user(self.root, REST_USER) if kind == "slurmrestd" else slurm_ids
+        digest = self.materialize(pod, workdir, owner)
+        hostname = pod["spec"].get("hostname") or meta["name"]
+        labels = meta.get("labels", {})
+        base = [
+            Mount(target="/proc", fstype="proc"),
+            Mount(target="/sys", fstype="sysfs", read_only=True),
+            # The container's own writable layer: a directory per pod, so `exec` sees it too.
+            *(Mount(target=f"/{sub}", source=str(workdir / sub)) for sub in scratch_dirs(workdir)),
+            Mount(target="/etc/hosts", source=str(self.hosts_path), read_only=True),
+        ]
+        env = {"PATH": CHROOT_ENV_PATH, "LC_ALL": "C", "HOME": "/tmp"}
+        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+        netns = address = None
+        ids: tuple[int, int] | None = None
+        if kind == "slurmrestd":
+            argv = ["slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld", REST_ADDRESS]
+            ids = owner
+        else:
+            netns, address = self.netns_for(meta["uid"])
+            subdomain = pod["spec"].get("subdomain")
+            fqdn = f"{hostname}.{subdomain}.{meta['namespace']}" if subdomain else ""
+            self.addresses[meta["uid"]] = (
+                address,
+                {**labels, "__hostname": hostname, "__fqdn": fqdn},
+            )
+            if kind == "slurmctld":
+                argv = ["slurmctld", "-D"]
+            else:
+                # The image's entrypoint passes its arguments through a shell: the operator
+                # quotes --conf's value ('Features=hpc Gres=...') for that shell.
+                argv = ["slurmd", "-D", *shlex.split(" ".join(container.get("args", [])))]
+                # slurmd puts each job in a cgroup below the host's own hierarchy.
+                base.append(Mount(target="/sys/fs/cgroup", source="/sys/fs/cgroup", recursive=True))
+        pod_spec = SlurmPod(
+            name=f"{meta['namespace']}/{meta['name']}",
+            kind=kind,
+            argv=argv,
+            env=env,
+            root=self.root,
+            mounts=[*base, *self.volume_mounts(container, workdir)],
+            workdir=workdir,
+            netns=netns,
+            address=address,
+            hostname=hostname,
+            ids=ids,
+            pre_stop=container.get("lifecycle", {})
+            .get("preStop", {})
+            .get("exec", {})
+            .get("command"),
+            volumes_digest=digest,
+        )
+        pod_spec.save()
+        return pod_spec
+
+    def refresh(self, pod: dict[str, Any], running: SlurmPod) -> bool:
+        """Rewrite changed ConfigMap/Secret files; True when they changed."""
+        owner = chroot_user(self.root, REST_USER if running.kind == "slurmrestd" else "slurm")
+        digest = self.materialize(pod, running.workdir, owner)
+        changed = digest != running.volumes_digest
+        running.volumes_digest = digest
+        return changed
+
+    def services(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.lab.get("/api/v1/services")["items"]
+        return items
+
+
+def describe(pod: SlurmPod) -> str:
+    where = f" in {pod.netns} ({pod.address})" if pod.netns else ""
+    return f"{shlex.join(pod.argv)}{where}"
+
+
+class SlinkyRest(SlurmRestClient):
+    """The deployed cluster's slurmrestd, with tokens signed by the key in its Secret."""
+
+    url = f"http://{REST_ADDRESS}"
+    api = "v0.0.44"  # what Slinky 1.x speaks
+
+    def __init__(self, jwt_key: bytes) -> None:
+        self.jwt_key = jwt_key
+
+    def token(self, user: str = "root", lifespan: int = 600) -> str:
+        return mint_token(self.jwt_key, user, lifespan)
+
+    def get(self, path: str) -> dict[str, Any]:
+        status, body = self.request("GET", f"/slurm/{self.api}/{path}")
+        if status != 200 or not isinstance(body, dict):
+            raise LabError(f"GET {path} answered {status}: {body}")
+        return body
