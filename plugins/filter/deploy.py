@@ -18,7 +18,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._helm_chart import (
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_values import (
     ConfigError,
+    autoscaling,
     build_values,
+    nodeset_object_name,
 )
 
 
@@ -32,22 +34,45 @@ def helm_chart_args(
         raise AnsibleFilterError(str(err)) from None
 
 
-def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.Any]:
-    """Values of the Slinky slurm chart from the slurm_cluster role's settings and the Nodes."""
+def _cluster_inputs(name: str, settings: t.Any, nodes: t.Any) -> None:
     if not isinstance(settings, dict):
         raise AnsibleFilterError(
-            f"slurm_cluster_values: expected the role's settings as a mapping, got {type(settings).__name__}"
+            f"{name}: expected the role's settings as a mapping, got {type(settings).__name__}"
         )
     if not isinstance(nodes, list):
         raise AnsibleFilterError(
-            "slurm_cluster_values: expected the list of Kubernetes Nodes (k8s_info resources)"
+            f"{name}: expected the list of Kubernetes Nodes (k8s_info resources)"
         )
+
+
+def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.Any]:
+    """Values of the Slinky slurm chart from the slurm_cluster role's settings and the Nodes."""
+    _cluster_inputs("slurm_cluster_values", settings, nodes)
     try:
         return build_values(settings, nodes)
     except ConfigError as err:
         raise AnsibleFilterError(str(err)) from None
 
 
+def slurm_cluster_autoscaling(
+    settings: t.Any, nodes: t.Any = None, release: str = "slurm", namespace: str = "slurm"
+) -> list[dict[str, t.Any]]:
+    """The NodeSets whose pools ask for autoscaling, with partition and replica bounds."""
+    _cluster_inputs("slurm_cluster_autoscaling", settings, nodes)
+    try:
+        scaled = autoscaling(settings, nodes)
+    except ConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+    return [
+        {**entry, "name": nodeset_object_name(release, entry["nodeset"]), "namespace": namespace}
+        for entry in scaled
+    ]
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"helm_chart_args": helm_chart_args, "slurm_cluster_values": slurm_cluster_values}
+        return {
+            "helm_chart_args": helm_chart_args,
+            "slurm_cluster_values": slurm_cluster_values,
+            "slurm_cluster_autoscaling": slurm_cluster_autoscaling,
+        }

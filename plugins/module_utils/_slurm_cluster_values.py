@@ -380,12 +380,6 @@ def _partition_config(value: t.Any, variable: str) -> dict[str, t.Any]:
     return config
 
 
-def _tier(value: t.Any, var: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65533:
-        raise ConfigError(var, f"{value!r} is not a number from 0 to 65533", "for example 10")
-    return value
-
-
 def plan_partitions(
     settings: Mapping[str, t.Any], plans: Sequence[NodeSetPlan], pools: Mapping[str, t.Any]
 ) -> dict[str, dict[str, t.Any]]:
@@ -396,7 +390,13 @@ def plan_partitions(
     lendable = sorted({p.name for p in plans if pools[p.pool].get("kind") == "lendable"})
     partitions: dict[str, dict[str, t.Any]] = {}
     batch = _mapping(settings.get("batch"), "slurm_cluster_batch")
-    batch_tier = _tier(batch.get("priority_tier", 10), "slurm_cluster_batch.priority_tier")
+    batch_tier = _count(
+        batch.get("priority_tier", 10),
+        "slurm_cluster_batch.priority_tier",
+        0,
+        65533,
+        "for example 10",
+    )
     if dedicated:
         partitions["batch"] = {
             "nodesets": dedicated,
@@ -425,7 +425,13 @@ def plan_partitions(
                 f"{max_time!r} is not a finite Slurm time",
                 "lent nodes come back: give a limit such as '4:00:00'",
             )
-        tier = _tier(backfill.get("priority_tier", 1), "slurm_cluster_backfill.priority_tier")
+        tier = _count(
+            backfill.get("priority_tier", 1),
+            "slurm_cluster_backfill.priority_tier",
+            0,
+            65533,
+            "for example 1",
+        )
         if dedicated and tier >= batch_tier:
             # Equal tiers would let backfill jobs hold nodes that batch jobs wait for.
             raise ConfigError(
@@ -478,12 +484,9 @@ def plan_partitions(
     return partitions
 
 
-def build_values(
+def _plans(
     settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
-) -> dict[str, t.Any]:
-    """The slurm chart's values for the site; ConfigError on a setting that cannot work."""
-    release = slurm_release(settings.get("slurm_version", ""), "slurm_cluster_slurm_version")
-    chart = chart_release(settings.get("chart_version", ""), "slurm_cluster_chart_version")
+) -> tuple[Mapping[str, t.Any], list[NodeSetPlan]]:
     pools = _mapping(settings.get("pools"), "slurm_cluster_pools")
     nodes = [Node.from_k8s(obj) for obj in k8s_nodes]
     prefix = str(settings.get("label_prefix", "hpcops.io")).rstrip("/")
@@ -493,6 +496,87 @@ def build_values(
         _mapping(settings.get("gpu_type_names"), "slurm_cluster_gpu_type_names"),
         f"{prefix}/slurm-lent",
     )
+    return pools, plans
+
+
+def _count(value: t.Any, var: str, low: int, high: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(var, f"{value!r} is not a number from {low} to {high}", fix)
+    return value
+
+
+def nodeset_object_name(release: str, key: str) -> str:
+    """The NodeSet object the slurm chart makes of values key `key` (`nodesets.<key>`)."""
+    return f"{release}-worker-{key}"
+
+
+def autoscaling(
+    settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
+) -> list[dict[str, t.Any]]:
+    """The NodeSets whose pool asks for autoscaling, with the partition whose pending jobs
+    drive them and their replica bounds; what the keda role turns into ScaledObjects."""
+    pools, plans = _plans(settings, k8s_nodes)
+    site_partitions = _mapping(settings.get("partitions"), "slurm_cluster_partitions")
+    scaled = []
+    for plan in plans:
+        raw = pools[plan.pool].get("autoscale")
+        if raw is None:
+            continue
+        var = f"slurm_cluster_pools.{plan.pool}.autoscale"
+        spec = _mapping(raw, var)
+        if plan.scaling_mode != "StatefulSet":
+            raise ConfigError(
+                var,
+                f"pool {plan.pool} is a {plan.scaling_mode} NodeSet, which has no replicas to scale",
+                "autoscale dedicated pools with scaling_mode StatefulSet only",
+            )
+        unknown = sorted(set(spec) - {"min_replicas", "max_replicas", "pending_jobs", "partition"})
+        if unknown:
+            raise ConfigError(
+                var,
+                f"unknown keys {unknown}",
+                "use min_replicas, max_replicas, pending_jobs, partition",
+            )
+        nodes = len(plan.nodes)
+        fix = f"the pool has {nodes} nodes: scale between 0 and {nodes}"
+        high = _count(spec.get("max_replicas", nodes), f"{var}.max_replicas", 1, nodes, fix)
+        low = _count(spec.get("min_replicas", 0), f"{var}.min_replicas", 0, high, fix)
+        partition = str(spec.get("partition", "batch"))
+        pool_partitions = {"batch"} | {
+            name
+            for name, part in site_partitions.items()
+            if plan.pool in (_mapping(part, f"slurm_cluster_partitions.{name}").get("pools") or [])
+        }
+        if partition not in pool_partitions:
+            raise ConfigError(
+                f"{var}.partition",
+                f"pool {plan.pool} is not in partition {partition!r}",
+                f"use one of {sorted(pool_partitions)}",
+            )
+        scaled.append(
+            {
+                "nodeset": plan.name,
+                "partition": partition,
+                "min_replicas": low,
+                "max_replicas": high,
+                # Pending jobs per replica: 1 adds a node for every job that waits.
+                "pending_jobs": _count(
+                    spec.get("pending_jobs", 1), f"{var}.pending_jobs", 1, 100000, "for example 1"
+                ),
+            }
+        )
+    return scaled
+
+
+def build_values(
+    settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
+) -> dict[str, t.Any]:
+    """The slurm chart's values for the site; ConfigError on a setting that cannot work."""
+    release = slurm_release(settings.get("slurm_version", ""), "slurm_cluster_slurm_version")
+    chart = chart_release(settings.get("chart_version", ""), "slurm_cluster_chart_version")
+    pools, plans = _plans(settings, k8s_nodes)
+    prefix = str(settings.get("label_prefix", "hpcops.io")).rstrip("/")
+    scaled = {entry["nodeset"]: entry for entry in autoscaling(settings, k8s_nodes)}
 
     registry = str(settings.get("image_registry", "ghcr.io/slinkyproject")).rstrip("/")
     tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-ubuntu24.04")
@@ -548,18 +632,16 @@ def build_values(
             },
         )
         if plan.scaling_mode == "StatefulSet" and "replicas" in pool:
-            replicas = pool["replicas"]
-            if (
-                isinstance(replicas, bool)
-                or not isinstance(replicas, int)
-                or not 0 <= replicas <= len(plan.nodes)
-            ):
-                raise ConfigError(
-                    f"slurm_cluster_pools.{plan.pool}.replicas",
-                    f"{replicas!r} is not between 0 and the pool's {len(plan.nodes)} nodes",
-                    "lower it or add nodes to the pool",
-                )
-            nodeset["replicas"] = replicas
+            nodeset["replicas"] = _count(
+                pool["replicas"],
+                f"slurm_cluster_pools.{plan.pool}.replicas",
+                0,
+                len(plan.nodes),
+                f"the pool has {len(plan.nodes)} nodes: lower it or add nodes to the pool",
+            )
+        if plan.name in scaled:
+            # KEDA owns the count from here; Helm leaves a field it did not change alone.
+            nodeset["replicas"] = scaled[plan.name]["min_replicas"]
         nodeset = _merge(
             nodeset, _mapping(pool.get("values"), f"slurm_cluster_pools.{plan.pool}.values")
         )
@@ -601,6 +683,8 @@ def build_values(
             "slurmctld": {"image": image("slurmctld")},
             "reconfigure": {"image": image("slurmctld")},
             "extraConfMap": conf,
+            # slurmctld's own OpenMetrics (slurm_partition_jobs_pending drives KEDA).
+            "metrics": {"enabled": bool(scaled)},
         },
         "restapi": {"slurmrestd": {"image": image("slurmrestd")}},
         "accounting": {"enabled": accounting, "slurmdbd": {"image": image("slurmdbd")}},

@@ -69,22 +69,33 @@ def run_task(
             "tasks": [{"name": "module under test", module: args, "ignore_errors": True}],
         }
     ]
-    with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
-        playbook = Path(tmp) / "play.yml"
-        playbook.write_text(yaml.safe_dump(play))
-        run = ansible_playbook(
-            ["-i", "localhost,", "-c", "local", str(playbook)],
-            check=check,
-            diff=diff,
-            env=ansible_env(**(env or {})),
-            timeout=300,
-        )
+    run = run_play(play, check=check, diff=diff, env=env)
     try:
         result = TaskResult(run.report["plays"][0]["tasks"][0]["hosts"]["localhost"])
     except (KeyError, IndexError):
         raise AssertionError(f"ansible-playbook gave no task result:\n{run.output}") from None
     result.output = run.output
     return result
+
+
+def run_play(
+    play: list[dict[str, t.Any]],
+    *,
+    check: bool = False,
+    diff: bool = False,
+    env: dict[str, str] | None = None,
+) -> PlaybookRun:
+    """Run a playbook given as data on localhost."""
+    with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
+        playbook = Path(tmp) / "play.yml"
+        playbook.write_text(yaml.safe_dump(play))
+        return ansible_playbook(
+            ["-i", "localhost,", "-c", "local", str(playbook)],
+            check=check,
+            diff=diff,
+            env=ansible_env(**(env or {})),
+            timeout=300,
+        )
 
 
 def inventory_list(inventory_file: Path, env: dict[str, str] | None = None) -> dict[str, t.Any]:

@@ -16,7 +16,13 @@ LAB_INVENTORY = REPO / "inventories" / "lab"
 LAB_POOLS = {
     "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
     "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
+    "burst": {
+        "kind": "dedicated",
+        "node_selector": {"hpcops.io/pool": "burst"},
+        "autoscale": {"min_replicas": 0, "max_replicas": 2},
+    },
 }
+ALL_COMPONENTS = ["cert_manager", "slurm_operator", "slurm_cluster", "gpu_operator", "keda"]
 BACKFILL = {"max_time": "4:00:00", "grace_time_s": 30, "priority_tier": 1}
 
 # (id, extra vars, the variable the message must name, a word of the fix)
@@ -118,6 +124,64 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "mirror",
     ),
     (
+        "cert-manager-registry-unreachable",
+        {"cert_manager_chart": {"oci": "oci://127.0.0.1:1/charts/cert-manager"}},
+        "cert_manager_chart",
+        "mirror",
+    ),
+    (
+        "gpu-operator-repository-unreachable",
+        {
+            "slinky_components": ALL_COMPONENTS,
+            "gpu_operator_chart": {"repo": "http://127.0.0.1:1/nvidia", "name": "gpu-operator"},
+        },
+        "gpu_operator_chart",
+        "mirror",
+    ),
+    (
+        "keda-repository-unreachable",
+        {
+            "keda_install": True,
+            "keda_chart": {"repo": "http://127.0.0.1:1/kedacore", "name": "keda"},
+        },
+        "keda_chart",
+        "mirror",
+    ),
+    (
+        "autoscale-a-daemonset-pool",
+        {
+            "slurm_cluster_pools": {
+                **LAB_POOLS,
+                "burst": {**LAB_POOLS["burst"], "scaling_mode": "DaemonSet"},
+            }
+        },
+        "slurm_cluster_pools.burst.autoscale",
+        "StatefulSet only",
+    ),
+    (
+        "autoscale-beyond-the-pool",
+        {
+            "slurm_cluster_pools": {
+                **LAB_POOLS,
+                "burst": {**LAB_POOLS["burst"], "autoscale": {"max_replicas": 5}},
+            }
+        },
+        "slurm_cluster_pools.burst.autoscale.max_replicas",
+        "the pool has 2 nodes",
+    ),
+    (
+        "autoscale-without-prometheus",
+        {"keda_prometheus_url": ""},
+        "keda_prometheus_url",
+        "Prometheus",
+    ),
+    (
+        "backfill-tier-not-below-batch",
+        {"slurm_cluster_backfill": {**BACKFILL, "priority_tier": 10}},
+        "slurm_cluster_backfill.priority_tier",
+        "lower tier",
+    ),
+    (
         "chart-source-two-forms",
         {
             "slurm_cluster_chart": {
@@ -150,6 +214,7 @@ def snapshot(lab: t.Any) -> dict[str, t.Any]:
         "secrets": versions("/api/v1/secrets"),
         "namespaces": versions("/api/v1/namespaces"),
         "nodesets": versions("/apis/slinky.slurm.net/v1beta1/nodesets"),
+        "scaledobjects": versions("/apis/keda.sh/v1alpha1/scaledobjects"),
     }
 
 

@@ -99,6 +99,7 @@ def test_crds_are_established(deployed: t.Any) -> None:
 def test_nodesets_follow_the_pools(deployed: t.Any) -> None:
     nodesets = custom_resources(deployed, "nodesets")
     assert set(nodesets) == {
+        "slurm-worker-burst",
         "slurm-worker-hpc",
         "slurm-worker-interactive",
         "slurm-worker-interactive-a100",
@@ -136,7 +137,7 @@ def test_operator_wrote_slurm_conf(deployed: t.Any) -> None:
         "MCSPlugin=mcs/label",
         "MCSParameters=enforced,select",
         "NodeSet=hpc Feature=hpc",
-        "PartitionName=batch Nodes=hpc Default=YES MaxTime=UNLIMITED PreemptMode=OFF "
+        "PartitionName=batch Nodes=burst,hpc Default=YES MaxTime=UNLIMITED PreemptMode=OFF "
         "PriorityTier=10 State=UP",
         "PartitionName=backfill Nodes=interactive,interactive-a100 GraceTime=30 "
         "MaxTime=4:00:00 PreemptMode=REQUEUE PriorityTier=1 State=UP",
@@ -307,3 +308,79 @@ def test_a_lent_node_joins_backfill_through_the_daemonset_nodeset(
         SLURM_DEADLINE_S,
         "the lent node to leave Slurm",
     )
+
+
+def test_cert_manager_is_installed_from_its_chart(deployed: t.Any) -> None:
+    # The chart came from cert-manager's own module (v1.21.2); Helm checked our values
+    # against its values.schema.json before installing.
+    body = deployed.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+    established = {
+        crd["metadata"]["name"]
+        for crd in body["items"]
+        if crd["spec"]["group"].endswith("cert-manager.io")
+        and {"type": "Established", "status": "True"}.items()
+        <= {k: v for c in crd["status"]["conditions"] for k, v in c.items()}.items()
+    }
+    assert {"certificates.cert-manager.io", "issuers.cert-manager.io"} <= established
+    deployments = deployed.get("/apis/apps/v1/namespaces/cert-manager/deployments")["items"]
+    assert {d["metadata"]["name"] for d in deployments} == {
+        "cert-manager",
+        "cert-manager-cainjector",
+        "cert-manager-webhook",
+    }
+    image = deployments[0]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.startswith("quay.io/jetstack/cert-manager-") and image.endswith(":v1.21.2")
+
+
+def test_keda_scales_the_burst_nodeset_on_pending_jobs(deployed: t.Any) -> None:
+    # KEDA's CRDs are in the lab (from KEDA's module): the apiserver checked this object
+    # against KEDA's schema.
+    scaled = deployed.get(f"/apis/keda.sh/v1alpha1/namespaces/{NAMESPACE}/scaledobjects")["items"]
+    assert [s["metadata"]["name"] for s in scaled] == ["slurm-worker-burst"]
+    spec = scaled[0]["spec"]
+    assert spec["scaleTargetRef"] == {
+        "apiVersion": "slinky.slurm.net/v1beta1",
+        "kind": "NodeSet",
+        "name": "slurm-worker-burst",
+    }
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (0, 2)
+    assert spec["triggers"][0]["metadata"]["query"] == (
+        'sum(slurm_partition_jobs_pending{partition="batch"})'
+    )
+    # The NodeSet starts at the minimum; KEDA owns the count from there.
+    assert custom_resources(deployed, "nodesets")["slurm-worker-burst"]["spec"]["replicas"] == 0
+
+
+def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
+    deployed: t.Any, slurm: SlinkyRest
+) -> None:
+    # What KEDA's HPA does: write spec.replicas through /scale. The operator adds a slurmd
+    # that joins batch; scaled back, it drains the node and deletes the pod.
+    scale = (
+        f"/apis/slinky.slurm.net/v1beta1/namespaces/{NAMESPACE}/nodesets/slurm-worker-burst/scale"
+    )
+    merge = "application/merge-patch+json"
+    status, body = deployed.request("PATCH", scale, {"spec": {"replicas": 1}}, content_type=merge)
+    assert status == 200, body
+    try:
+        node = wait_until(
+            lambda: slurm_nodes(slurm).get("burst-0"),
+            SLURM_DEADLINE_S,
+            "burst-0 to register with slurmctld",
+        )
+        assert node["partitions"] == ["batch"]
+        assert node["features"] == ["burst"]
+    finally:
+        status, body = deployed.request(
+            "PATCH", scale, {"spec": {"replicas": 0}}, content_type=merge
+        )
+        assert status == 200, body
+    wait_until(
+        lambda: "burst-0" not in slurm_nodes(slurm),
+        SLURM_DEADLINE_S,
+        "burst-0 to leave Slurm after scaling to 0",
+    )
+    # A re-run of site.yml leaves the count to KEDA: nothing to change.
+    run = run_playbook(SITE, LAB_INVENTORY)
+    assert not run.failed, run.failures()
+    assert run.changed == 0, run.changed_tasks()

@@ -337,6 +337,56 @@ def slinky_charts() -> dict[str, Path]:
     return packages
 
 
+# cert-manager's chart and KEDA's CRDs live in their Go modules too: the lab installs the
+# cert-manager chart (values checked against its values.schema.json) and KEDA's CRDs (so
+# the apiserver checks our ScaledObjects against KEDA's schema).  Same versions as the roles.
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
+CERT_MANAGER_VERSION = "v1.21.2"
+KEDA_MODULE = "github.com/kedacore/keda/v2"
+KEDA_VERSION = "v2.20.2"
+KEDA_CRDS = (
+    "scaledobjects",
+    "scaledjobs",
+    "triggerauthentications",
+    "clustertriggerauthentications",
+)
+
+
+def cert_manager_chart() -> Path:
+    """cert-manager's chart at CERT_MANAGER_VERSION, packaged as its release tool does.
+
+    In the repository (and so in the module) Chart.yaml says v0.0.0; the release sets the
+    version and appVersion (the image tag) when it packages the chart.
+    """
+    out = CHARTS_DIR / f"cert-manager-{CERT_MANAGER_VERSION}.tgz"
+    if out.exists():
+        return out
+    helm = str(ensure(["helm"])["helm"])
+    source = Path(go_mod_download(f"{CERT_MANAGER_MODULE}@{CERT_MANAGER_VERSION}")["Dir"])
+    CHARTS_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = BUILD_LOG_DIR / f"cert-manager-chart-{CERT_MANAGER_VERSION}.log"
+    with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
+        tree = Path(scratch, "cert-manager")
+        shutil.copytree(source / "deploy/charts/cert-manager", tree)
+        for path in [tree, *tree.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+        version = ["--version", CERT_MANAGER_VERSION, "--app-version", CERT_MANAGER_VERSION]
+        run_logged([helm, "package", str(tree), *version, "--destination", scratch], log_path)
+        Path(scratch, out.name).rename(out)
+    log(f"packaged the cert-manager {CERT_MANAGER_VERSION} chart: {out}")
+    return out
+
+
+def keda_crds() -> list[Path]:
+    """KEDA's CRD manifests (keda.sh group) at KEDA_VERSION, from its module."""
+    source = Path(go_mod_download(f"{KEDA_MODULE}@{KEDA_VERSION}")["Dir"])
+    paths = [source / f"config/crd/bases/keda.sh_{plural}.yaml" for plural in KEDA_CRDS]
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        raise LabError(f"KEDA {KEDA_VERSION} module has no {missing}")
+    return paths
+
+
 # --------------------------------------------------------------------------------------
 # Kubernetes
 # --------------------------------------------------------------------------------------

@@ -15,9 +15,13 @@
   ``kwok.x-k8s.io/node=fake``.
 
 The nodes are shaped like a site (see NODES): an interactive pool, two of its nodes with
-four A100 GPUs each and GPU feature discovery labels; a dedicated Slurm pool; and a
-never-touch pool.  The pool is the label ``hpcops.io/pool``.  Node names are valid Slurm node
-names.
+four A100 GPUs each and GPU feature discovery labels; a dedicated Slurm pool; a burst pool
+(a dedicated pool that scales with demand); and a never-touch pool.  The pool is the label
+``hpcops.io/pool``.  Node names are valid Slurm node names.
+
+Also at ``up``: KEDA's CRDs, from KEDA's Go module (see ``k8s_binaries.keda_crds``), as on a
+site whose platform runs KEDA; nothing acts on ScaledObjects here.  The pod runner
+(``pod_runner.py``) runs the Slinky operator and the Slurm pods for real.
 
 The admin kubeconfig is written to ``<repo>/.lab/kubeconfig`` and ``<repo>/.lab/bin`` links
 ``kubectl`` and ``helm``.  Everything else lives in ``$HPCOPS_LAB_RUN/k8s`` (default
@@ -197,6 +201,8 @@ NODES = (
     LabNode("gpu02", "interactive", cpus=64, memory_gib=512, gpus=4),
     LabNode("hpc01", "slurm", cpus=64, memory_gib=512),
     LabNode("hpc02", "slurm", cpus=64, memory_gib=512),
+    LabNode("burst01", "burst", cpus=64, memory_gib=512),
+    LabNode("burst02", "burst", cpus=64, memory_gib=512),
     LabNode("svc01", "never-touch", cpus=16, memory_gib=64),
 )
 
@@ -574,6 +580,7 @@ class K8sLab(RunDirState):
             self.prepare_run_dir()
             self.start_control_plane()
             self.create_nodes()
+            self.install_keda_crds()
             self.wait_ready(NODES_DEADLINE_S)
         except BaseException:
             self.down(quiet=True)
@@ -641,6 +648,20 @@ class K8sLab(RunDirState):
         for node in NODES:
             self.apply("/api/v1/nodes", node.manifest())
 
+    def install_keda_crds(self) -> None:
+        """KEDA's CRDs, as on a site whose platform team runs KEDA already: the apiserver then
+        checks our ScaledObjects against KEDA's own schema (nothing acts on them here)."""
+        admin = self.run_dir / "admin.kubeconfig"
+        write_private(admin, kubeconfig(self.ca_path, ADMIN_USER, self.token()))
+        kubectl = k8s_binaries.binary("kubectl").path
+        # Server-side: scaledjobs' schema is too large for the last-applied annotation.
+        cmd = [str(kubectl), f"--kubeconfig={admin}", "apply", "--server-side"]
+        for path in k8s_binaries.keda_crds():
+            cmd += ["-f", str(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise LabError(f"applying KEDA's CRDs failed: {proc.stderr.strip()}")
+
     def wait_ready(self, timeout_s: float) -> None:
         """Until every lab node is Ready and the controllers made the default service account."""
 
@@ -681,7 +702,11 @@ class K8sLab(RunDirState):
             link.symlink_to(k8s_binaries.binary(name).path)
         # inventories/lab installs the Slinky charts from here, as a site from its mirror.
         CHARTS_LINK_DIR.mkdir(parents=True, exist_ok=True)
-        for name, package in k8s_binaries.slinky_charts().items():
+        packages = {
+            **k8s_binaries.slinky_charts(),
+            "cert-manager": k8s_binaries.cert_manager_chart(),
+        }
+        for name, package in packages.items():
             link = CHARTS_LINK_DIR / f"{name}.tgz"
             link.unlink(missing_ok=True)
             link.symlink_to(package)

@@ -16,10 +16,14 @@ the configuration the operator generated from our values is read by real Slurm 2
   and the Services that select it (``slurm-controller.slurm``), as cluster DNS would;
 * slurmrestd runs in the host network namespace on ``127.0.0.1:6820``, where the
   operator (``DEBUG=1``) looks for it;
+* slurmd gets the host's cgroup hierarchy, so jobs run in the cgroups cgroup.conf asks
+  for; the runner removes what slurmd left there when the pod goes;
 * when a ConfigMap or Secret changes, the runner rewrites the files, and for slurmctld
-  runs ``scontrol reconfigure`` as the chart's ``reconfigure`` sidecar does.
+  runs ``scontrol reconfigure`` as the chart's ``reconfigure`` sidecar does; a pod's
+  preStop hook runs before its daemon is stopped.
 
-Slurm's own log files land in the ``log`` volume directory of each pod.
+Slurm's own log files land in each pod's log volume (``volumes/slurm-logfile``); each pod's
+``exec.json`` lets tests run commands inside it (``running_pod(...).exec(...)``).
 """
 
 from __future__ import annotations
@@ -308,7 +312,7 @@ class SlinkyCluster:
         sources: list[tuple[str, dict[str, Any]]] = []
         if "projected" in volume:
             for source in volume["projected"].get("sources", []):
-                sources += [(kind, spec) for kind, spec in source.items()]
+                sources += list(source.items())
         elif "configMap" in volume:
             sources.append(("configMap", volume["configMap"]))
         elif "secret" in volume:
