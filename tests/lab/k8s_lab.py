@@ -62,8 +62,16 @@ from typing import Any
 
 import k8s_binaries
 from k8s_binaries import KUBERNETES_VERSION
-from slurm_lab import LabError, RunDirState, is_zombie, port_free, stop_pids, wait_until
-from slurm_pods import SlinkyCluster
+from slurm_lab import (
+    LabError,
+    RunDirState,
+    ensure_chroot,
+    is_zombie,
+    port_free,
+    stop_pids,
+    wait_until,
+)
+from slurm_pods import SLINKY_RELEASE, SlinkyCluster
 
 RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "k8s"
 REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
@@ -565,6 +573,8 @@ class K8sLab(RunDirState):
     def up(self) -> None:
         """Start the lab, or reuse it when it is already up, healthy and configured the same."""
         k8s_binaries.ensure([*BINARY_COMPONENTS, "slurm-operator", *CLIENT_TOOLS])
+        # Before the pod runner needs it for the first Slurm pod, which must not wait a minute.
+        ensure_chroot(SLINKY_RELEASE)
         if self.is_healthy() and self.load_state().get("commands") == self.commands():
             self.write_client_files()
             log(f"Kubernetes lab already up at {self.url}")

@@ -262,10 +262,23 @@ def ensure_chroot(release: Release) -> Path:
     build_dir.chmod(0o755)  # it becomes "/" for the slurm and job users
     sibling = root.parent / release.suite
     try:
-        if sibling != root and chroot_is_current(sibling, release) and not mounts_under(sibling):
-            # Same suite and recipe: a copy takes seconds, debootstrap a minute.
+        if sibling != root and chroot_is_current(sibling, release):
+            # Same suite and recipe: a copy takes seconds, debootstrap a minute. A running lab
+            # has proc, sysfs and tmpfs mounted in it; --one-file-system leaves those out.
             log(f"copying {sibling} to {root}")
-            sh("cp", "-a", "--reflink=auto", f"{sibling}/.", str(build_dir))
+            sh("cp", "-a", "--one-file-system", "--reflink=auto", f"{sibling}/.", str(build_dir))
+            # Bind mounts from the same file system came along (a running lab's keys in
+            # /etc/slurm): what shows at the sibling's mount points is not the chroot's.
+            for point in mounts_under(sibling):
+                copied = build_dir / Path(point).relative_to(sibling)
+                if copied.is_dir() and not copied.is_symlink():
+                    for child in copied.iterdir():
+                        if child.is_dir() and not child.is_symlink():
+                            shutil.rmtree(child)
+                        else:
+                            child.unlink()
+                elif copied.is_file():
+                    copied.write_bytes(b"")
         else:
             build_chroot(build_dir, release)
         if root.exists():
