@@ -166,6 +166,7 @@ record-slurm-fixtures: deps
 # Figures, not tests: each script prints a table (see benchmarks/).
 benchmarks: setup
 	$(BIN)/python benchmarks/slurm_info_scale.py
+	$(BIN)/python benchmarks/handover_plan_scale.py
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output
