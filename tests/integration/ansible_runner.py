@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+SITE = REPO / "playbooks" / "site.yml"
+LAB_INVENTORY = REPO / "inventories" / "lab"
 COLLECTIONS = REPO / ".build" / "collections"
 BIN = Path(sys.executable).parent
 

@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The ``k8s_lab`` session fixture: the Kubernetes lab of tests/lab/k8s_lab.py.
+"""Session fixtures of the Kubernetes lab (tests/lab/k8s_lab.py) and the site on it.
 
-A lab that is already up is reused and left up; a lab the session starts is taken down when
-the session ends.  Test modules load it with ``pytest_plugins = ["k8s_fixtures"]``.
+``k8s_lab``: a lab that is already up is reused and left up; a lab the session starts is
+taken down when the session ends.  ``slinky_site``: site.yml run once on the lab with
+inventories/lab.  ``slinky_slurm``: the deployed cluster's slurmrestd, once its batch nodes
+are IDLE.  Test modules load them with ``pytest_plugins = ["k8s_fixtures"]``.
 """
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +18,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
+from ansible_runner import LAB_INVENTORY, SITE, run_playbook
 from k8s_lab import K8sLab
-from slurm_lab import LabError
+from slurm_lab import LabError, wait_until
+from slurm_pods import SlinkyRest
+
+SLURM_DEADLINE_S = 90.0
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +42,28 @@ def k8s_lab(request: pytest.FixtureRequest) -> Iterator[K8sLab]:
     yield lab
     if started:
         lab.down()
+
+
+@pytest.fixture(scope="session")
+def slinky_site(k8s_lab: K8sLab) -> K8sLab:
+    """The lab with site.yml deployed (every run after the first changes nothing)."""
+    run = run_playbook(SITE, LAB_INVENTORY)
+    assert not run.failed, f"site.yml failed: {run.failures()}\n{run.output[-3000:]}"
+    return k8s_lab
+
+
+@pytest.fixture(scope="session")
+def slinky_slurm(slinky_site: K8sLab) -> SlinkyRest:
+    """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
+    secret = slinky_site.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")
+    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+
+    def batch_nodes_idle() -> bool:
+        try:
+            states = {n["name"]: n["state"] for n in rest.get("nodes")["nodes"]}
+        except LabError:  # slurmctld or slurmrestd still starting
+            return False
+        return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
+
+    wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
+    return rest

@@ -6,13 +6,11 @@ from __future__ import annotations
 import typing as t
 
 import pytest
-from ansible_runner import REPO, run_playbook
+from ansible_runner import LAB_INVENTORY, SITE, run_playbook
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration
 
-SITE = REPO / "playbooks" / "site.yml"
-LAB_INVENTORY = REPO / "inventories" / "lab"
 LAB_POOLS = {
     "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
     "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},

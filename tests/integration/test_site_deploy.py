@@ -15,17 +15,15 @@ import typing as t
 import urllib.request
 
 import pytest
-from ansible_runner import REPO, run_playbook
+from ansible_runner import LAB_INVENTORY, SITE, run_playbook
 from pod_runner import OPERATOR_HEALTH_ADDR
-from slurm_lab import LabError, wait_until
+from slurm_lab import wait_until
 from slurm_pods import SlinkyRest, running_pod
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration
 
-SITE = REPO / "playbooks" / "site.yml"
 SLURM_DEADLINE_S = 90.0
-LAB_INVENTORY = REPO / "inventories" / "lab"
 NAMESPACE = "slurm"
 
 
@@ -43,28 +41,14 @@ def custom_resources(lab: t.Any, plural: str) -> dict[str, dict[str, t.Any]]:
     return {item["metadata"]["name"]: item for item in body["items"]}
 
 
-@pytest.fixture(scope="module")
-def deployed(k8s_lab: t.Any) -> t.Any:
-    run = run_playbook(SITE, LAB_INVENTORY)
-    assert not run.failed, f"site.yml failed: {run.failures()}\n{run.output[-3000:]}"
-    return k8s_lab
+@pytest.fixture
+def deployed(slinky_site: t.Any) -> t.Any:
+    return slinky_site
 
 
-@pytest.fixture(scope="module")
-def slurm(deployed: t.Any) -> SlinkyRest:
-    """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
-    secret = deployed.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/slurm-jwt-key")
-    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
-
-    def batch_nodes_idle() -> bool:
-        try:
-            states = {n["name"]: n["state"] for n in rest.get("nodes")["nodes"]}
-        except LabError:  # slurmctld or slurmrestd still starting
-            return False
-        return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
-
-    wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
-    return rest
+@pytest.fixture
+def slurm(slinky_slurm: SlinkyRest) -> SlinkyRest:
+    return slinky_slurm
 
 
 def slurm_nodes(rest: SlinkyRest) -> dict[str, dict[str, t.Any]]:
