@@ -64,6 +64,74 @@ def list_objects(
 
 
 def _reason(err: Exception) -> str:
+    """The apiserver's own message where there is one (it names the field at fault)."""
     status = getattr(err, "status", None)
-    reason = getattr(err, "reason", None) or str(err)
+    summary = getattr(err, "summary", None)
+    reason = summary() if callable(summary) else getattr(err, "reason", None) or str(err)
     return f"HTTP {status}: {reason}" if status else str(reason)
+
+
+class Conflict(KubernetesError):
+    """Somebody else changed the object since it was read (HTTP 409)."""
+
+
+def _status(err: Exception) -> int | None:
+    status = getattr(err, "status", None)
+    return int(status) if isinstance(status, int) else None
+
+
+def get_object(
+    client: t.Any, api_version: str, kind: str, name: str, namespace: str | None = None
+) -> dict[str, t.Any] | None:
+    """One object as a dict, or None when it does not exist."""
+    try:
+        resource = client.resource(kind, api_version)
+        found = client.get(resource, name=name, namespace=namespace)
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 404:
+            return None
+        raise KubernetesError(f"cannot read {kind} {name}: {_reason(err)}") from None
+    obj: dict[str, t.Any] = found.to_dict()
+    return obj
+
+
+def write_object(client: t.Any, body: dict[str, t.Any], *, create: bool) -> dict[str, t.Any]:
+    """Create `body`, or replace it with the resourceVersion it carries; Conflict on a race."""
+    meta = body["metadata"]
+    try:
+        resource = client.resource(body["kind"], body["apiVersion"])
+        if create:
+            written = client.create(resource, body, namespace=meta.get("namespace"))
+        else:
+            written = client.replace(
+                resource, body, name=meta["name"], namespace=meta.get("namespace")
+            )
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 409:
+            raise Conflict(f"{body['kind']} {meta['name']} changed meanwhile") from None
+        raise KubernetesError(
+            f"cannot write {body['kind']} {meta['name']}: {_reason(err)}"
+        ) from None
+    obj: dict[str, t.Any] = written.to_dict()
+    return obj
+
+
+def delete_object(
+    client: t.Any,
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    resource_version: str,
+) -> None:
+    """Delete an object only if it is still the version read; Conflict otherwise."""
+    options = {"preconditions": {"resourceVersion": resource_version}}
+    try:
+        resource = client.resource(kind, api_version)
+        client.delete(resource, name=name, namespace=namespace, body=options)
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 409:
+            raise Conflict(f"{kind} {name} changed meanwhile") from None
+        if _status(err) == 404:
+            return
+        raise KubernetesError(f"cannot delete {kind} {name}: {_reason(err)}") from None

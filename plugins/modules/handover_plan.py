@@ -19,19 +19,12 @@ description:
   - The plan is a pure function of what it reads, the policy and the time; the same state
     gives the same plan.
 extends_documentation_fragment:
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
   - hpcops.slinky.attributes.INFO_MODULE
 options:
-  kubeconfig:
-    description:
-      - The kubeconfig of the cluster. Without it, C(K8S_AUTH_KUBECONFIG), then
-        C(~/.kube/config), then the pod's service account (in a CronJob) are used.
-    type: path
-  context:
-    description: The kubeconfig context.
-    type: str
   journal_annotation:
     description: The Node annotation that holds the handover journal.
     type: str
@@ -103,7 +96,6 @@ options:
         type: int
         default: 300
 requirements:
-  - kubernetes >= 24.2.0 (Python)
   - python-hostlist
 notes:
   - Reads with the permissions Nodes get/list, Pods list, and a slurmrestd token.

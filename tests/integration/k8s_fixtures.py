@@ -2,8 +2,8 @@
 """Session fixtures of the Kubernetes lab (tests/lab/k8s_lab.py) and the site on it.
 
 ``k8s_lab``: a lab that is already up is reused and left up; a lab the session starts is
-taken down when the session ends.  ``slinky_site``: site.yml run once on the lab with
-inventories/lab.  ``slinky_slurm``: the deployed cluster's slurmrestd, once its batch nodes
+taken down when the session ends.  ``slinky_site``: site.yml run on the lab with inventories/lab,
+once per test module.  ``slinky_slurm``: the deployed cluster's slurmrestd, once its batch nodes
 are IDLE.  Test modules load them with ``pytest_plugins = ["k8s_fixtures"]``.
 """
 
@@ -44,15 +44,16 @@ def k8s_lab(request: pytest.FixtureRequest) -> Iterator[K8sLab]:
         lab.down()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slinky_site(k8s_lab: K8sLab) -> K8sLab:
-    """The lab with site.yml deployed (every run after the first changes nothing)."""
+    """The lab with site.yml deployed; per module, since a module may take the lab down
+    (a run on a deployed lab changes nothing and takes about 30 s)."""
     run = run_playbook(SITE, LAB_INVENTORY)
     assert not run.failed, f"site.yml failed: {run.failures()}\n{run.output[-3000:]}"
     return k8s_lab
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slinky_slurm(slinky_site: K8sLab) -> SlinkyRest:
     """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
     secret = slinky_site.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")

@@ -41,6 +41,18 @@ def custom_resources(lab: t.Any, plural: str) -> dict[str, dict[str, t.Any]]:
     return {item["metadata"]["name"]: item for item in body["items"]}
 
 
+def test_check_mode_on_a_new_site_changes_nothing(k8s_lab: t.Any) -> None:
+    # First in this module, before `deployed` runs site.yml: a fresh lab is a new site.
+    k8s_lab.down()
+    k8s_lab.up()
+    namespaces = {n["metadata"]["name"] for n in k8s_lab.get("/api/v1/namespaces")["items"]}
+    run = run_playbook(SITE, LAB_INVENTORY, check=True, diff=True)
+    assert not run.failed, run.failures()
+    assert run.changed > 0  # it reports what it would do
+    assert helm_releases(k8s_lab) == {}
+    assert {n["metadata"]["name"] for n in k8s_lab.get("/api/v1/namespaces")["items"]} == namespaces
+
+
 @pytest.fixture
 def deployed(slinky_site: t.Any) -> t.Any:
     return slinky_site

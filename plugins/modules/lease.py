@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: lease
+short_description: Take or give back a Kubernetes Lease, so that runs never act at once
+version_added: 0.1.0
+author: hpcops.slinky developers (@hpcops)
+description:
+  - Takes the Lease O(name) in O(namespace) for O(holder) when nobody holds it, when its
+    holder let it expire, or when O(holder) holds it already (then it is renewed).
+  - When another holder's Lease is live, changes nothing and returns RV(acquired=false), so
+    the play can end cleanly (M(ansible.builtin.meta) C(end_play)).
+  - Every write carries the resourceVersion it read, so of two runs that race exactly one
+    gets the Lease.
+  - O(state=released) gives the Lease back if O(holder) has it.
+options:
+  name:
+    description: The Lease.
+    type: str
+    default: hpcops-slinky-handover
+  namespace:
+    description: Its namespace.
+    type: str
+    required: true
+  holder:
+    description: Who takes it; unique per run (for example the host name and the process id).
+    type: str
+    required: true
+  duration_s:
+    description: Seconds the Lease stays live without a renewal; longer than a run takes.
+    type: int
+    default: 900
+  state:
+    description: Whether O(holder) should hold the Lease or give it back.
+    type: str
+    choices: [acquired, released]
+    default: acquired
+extends_documentation_fragment:
+  - hpcops.slinky.kubernetes
+  - hpcops.slinky.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the Lease would be taken or given back; writes nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    details: Taking a Lease one holds renews it (a new renewTime) and reports a change.
+notes:
+  - Needs get, create, update and delete on C(leases) in O(namespace).
+"""
+
+EXAMPLES = r"""
+- name: Take the handover lease
+  hpcops.slinky.lease:
+    namespace: slurm
+    holder: "{{ inventory_hostname }}-{{ lookup('ansible.builtin.pipe', 'echo $PPID') }}"
+  register: handover_lease
+
+- name: Another run holds it; nothing to do
+  ansible.builtin.meta: end_play
+  when: not handover_lease.acquired
+
+- name: Give the lease back
+  hpcops.slinky.lease:
+    namespace: slurm
+    holder: "{{ handover_lease.holder }}"
+    state: released
+"""
+
+RETURN = r"""
+acquired:
+  description: Whether O(holder) holds the Lease after the call (V(false) after a release).
+  returned: always
+  type: bool
+holder:
+  description: Who holds the Lease after the call (empty when nobody does).
+  returned: always
+  type: str
+decision:
+  description:
+    - V(create), V(renew), V(take_over) (the previous holder let it expire), V(keep) (another
+      holder's Lease is live), V(release) or V(none).
+  returned: always
+  type: str
+expires_in:
+  description: Seconds left on another holder's live Lease.
+  returned: when another holder has it
+  type: float
+"""
+
+import time
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
+    Conflict,
+    KubernetesError,
+    delete_object,
+    get_object,
+    kubernetes_client,
+    write_object,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._lease import decide, lease_body
+
+API_VERSION = "coordination.k8s.io/v1"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "default": "hpcops-slinky-handover"},
+            "namespace": {"type": "str", "required": True},
+            "holder": {"type": "str", "required": True},
+            "duration_s": {"type": "int", "default": 900},
+            "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["duration_s"] < 1:
+        module.fail_json(msg="duration_s: must be 1 or more; give seconds longer than a run takes")
+    result: dict[str, t.Any] = {"changed": False, "acquired": False}
+    try:
+        client = kubernetes_client(params["kubeconfig"], params["context"])
+        lease = get_object(client, API_VERSION, "Lease", params["name"], params["namespace"])
+        now = time.time()
+        decision = decide(lease, params["holder"], now, params["state"])
+        result.update(decision=decision.action, holder=decision.holder)
+        if decision.expires_in is not None:
+            result["expires_in"] = round(decision.expires_in, 1)
+        if decision.action in ("keep", "none"):
+            result["acquired"] = decision.holder == params["holder"] != ""
+            module.exit_json(**result)
+        result["changed"] = True
+        result["acquired"] = decision.action != "release"
+        if module.check_mode:
+            module.exit_json(**result)
+        if decision.action == "release" and lease is not None:
+            delete_object(
+                client,
+                API_VERSION,
+                "Lease",
+                params["name"],
+                params["namespace"],
+                lease["metadata"]["resourceVersion"],
+            )
+        else:
+            body = lease_body(
+                params["name"],
+                params["namespace"],
+                params["holder"],
+                params["duration_s"],
+                now,
+                lease,
+            )
+            write_object(client, body, create=decision.action == "create")
+    except Conflict as err:
+        # Another run wrote first: it holds the Lease, this one does nothing.
+        result.update(changed=False, acquired=False, decision="keep", conflict=str(err))
+    except KubernetesError as err:
+        module.fail_json(msg=str(err), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
