@@ -516,6 +516,12 @@ def autoscaling(
     """The NodeSets whose pool asks for autoscaling, with the partition whose pending jobs
     drive them and their replica bounds; what the keda role turns into ScaledObjects."""
     pools, plans = _plans(settings, k8s_nodes)
+    return _autoscaling(settings, pools, plans)
+
+
+def _autoscaling(
+    settings: Mapping[str, t.Any], pools: Mapping[str, t.Any], plans: Sequence[NodeSetPlan]
+) -> list[dict[str, t.Any]]:
     site_partitions = _mapping(settings.get("partitions"), "slurm_cluster_partitions")
     scaled = []
     for plan in plans:
@@ -576,7 +582,7 @@ def build_values(
     chart = chart_release(settings.get("chart_version", ""), "slurm_cluster_chart_version")
     pools, plans = _plans(settings, k8s_nodes)
     prefix = str(settings.get("label_prefix", "hpcops.io")).rstrip("/")
-    scaled = {entry["nodeset"]: entry for entry in autoscaling(settings, k8s_nodes)}
+    scaled = {entry["nodeset"]: entry for entry in _autoscaling(settings, pools, plans)}
 
     registry = str(settings.get("image_registry", "ghcr.io/slinkyproject")).rstrip("/")
     tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-ubuntu24.04")

@@ -380,3 +380,27 @@ def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
     run = run_playbook(SITE, LAB_INVENTORY)
     assert not run.failed, run.failures()
     assert run.changed == 0, run.changed_tasks()
+
+
+def test_a_changed_setting_reaches_the_running_slurmctld(
+    deployed: t.Any, slurm: SlinkyRest
+) -> None:
+    # The operator rewrites slurm.conf; the controller pod's reconfigure (the pod runner, as
+    # the chart's sidecar) makes the running slurmctld read it, with no restart.
+    def backfill_grace() -> int:
+        partitions = {p["name"]: p for p in slurm.get("partitions")["partitions"]}
+        return int(partitions["backfill"]["grace_time"])
+
+    assert backfill_grace() == 30
+    changed = {
+        "slurm_cluster_backfill": {"max_time": "4:00:00", "grace_time_s": 45, "priority_tier": 1}
+    }
+    try:
+        run = run_playbook(SITE, LAB_INVENTORY, extra_vars=changed)
+        assert not run.failed, run.failures()
+        assert run.changed > 0
+        wait_until(lambda: backfill_grace() == 45, SLURM_DEADLINE_S, "GraceTime=45 in slurmctld")
+    finally:
+        run = run_playbook(SITE, LAB_INVENTORY)
+        assert not run.failed, run.failures()
+    wait_until(lambda: backfill_grace() == 30, SLURM_DEADLINE_S, "GraceTime=30 back in slurmctld")

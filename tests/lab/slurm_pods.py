@@ -216,7 +216,7 @@ class SlinkyCluster:
         if not self.hosts_path.exists():
             self.write_hosts([])
 
-    def netns_for(self, uid: str) -> tuple[str, str]:
+    def new_netns(self) -> tuple[str, str]:
         """A network namespace on the bridge for one pod: its name and address."""
         taken = {ip for ip, _labels in self.addresses.values()}
         host = next(h for h in range(FIRST_POD_HOST, 250) if SLINKY_RELEASE.address(h) not in taken)
@@ -400,7 +400,7 @@ class SlinkyCluster:
             argv = ["slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld", REST_ADDRESS]
             ids = owner
         else:
-            netns, address = self.netns_for(meta["uid"])
+            netns, address = self.new_netns()
             subdomain = pod["spec"].get("subdomain")
             fqdn = f"{hostname}.{subdomain}.{meta['namespace']}" if subdomain else ""
             self.addresses[meta["uid"]] = (
