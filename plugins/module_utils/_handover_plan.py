@@ -37,6 +37,8 @@ STATES = ("free", "lending", "lent", "reclaiming")
 ESCALATIONS = ("requeue", "cancel", "wait")
 # Slurm node states in which a node still runs (or finishes) work.
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+# The owner kind of Slinky's slurmd pods.
+NODESET_KIND = "NodeSet"
 
 
 class PolicyError(ValueError):
@@ -58,6 +60,7 @@ class Journal:
     idle_since: float | None = None
     deadline: float | None = None
     reason: str = ""
+    by: str = ""
 
     @classmethod
     def parse(cls, text: str | None) -> Journal:
@@ -83,6 +86,7 @@ class Journal:
             idle_since=number("idle_since"),
             deadline=number("deadline"),
             reason=str(data.get("reason", "")),
+            by=str(data.get("by", "")),
         )
 
 
@@ -104,6 +108,7 @@ class PodView:
     node: str = ""  # spec.nodeName; empty while Pending
     phase: str = "Running"
     daemonset: bool = False
+    slurmd: bool = False  # a pod of a Slinky NodeSet: Slurm's, not an application's
     unschedulable: bool = False  # PodScheduled=False with reason Unschedulable
     labels: Mapping[str, str] = field(default_factory=dict)
     cpu_m: int = 0
@@ -218,8 +223,9 @@ def matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
 
 
 def is_application_pod(pod: PodView, policy: Policy) -> bool:
-    """Pods of DaemonSets and of the system namespaces do not make a node busy."""
-    return not pod.daemonset and pod.namespace not in policy.system_namespaces
+    """Pods of DaemonSets, slurmd pods and pods of the system namespaces do not make a node
+    busy."""
+    return not (pod.daemonset or pod.slurmd) and pod.namespace not in policy.system_namespaces
 
 
 def demanded_nodes(
@@ -385,6 +391,51 @@ def plan(
     )
 
 
+def status_rows(
+    nodes: Sequence[NodeView],
+    pods: Sequence[PodView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+    now: float,
+) -> list[dict[str, t.Any]]:
+    """One row per pool node: its Kubernetes, journal and Slurm state, for status.yml."""
+    app_pods: dict[str, int] = {}
+    for pod in pods:
+        if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
+            app_pods[pod.node] = app_pods.get(pod.node, 0) + 1
+    rows = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if not matches(node.labels, policy.pool_selector):
+            continue
+        journal = node.journal
+        slurm = slurm_nodes.get(node.name)
+        in_state = now - journal.since if journal.since is not None else None
+        rows.append(
+            {
+                "node": node.name,
+                "kubernetes": "Ready" if node.ready else "NotReady",
+                "schedulable": not node.unschedulable,
+                "never_touch": bool(policy.never_touch_selector)
+                and matches(node.labels, policy.never_touch_selector),
+                "app_pods": app_pods.get(node.name, 0),
+                "journal": journal.state,
+                "op": journal.op,
+                "by": journal.by,
+                "reason": journal.reason,
+                "in_state_s": round(in_state) if in_state is not None else None,
+                "lent_for_s": round(in_state)
+                if in_state is not None and journal.state == "lent"
+                else None,
+                "deadline_in_s": round(journal.deadline - now)
+                if journal.deadline is not None and journal.state == "reclaiming"
+                else None,
+                "slurm": "+".join(sorted(slurm.states - {""})) if slurm else "",
+                "jobs": [job.job_id for job in slurm.jobs] if slurm else [],
+            }
+        )
+    return rows
+
+
 def lend_blocker(node: NodeView, app_pods: int, policy: Policy, now: float) -> str | None:
     """Why a free pool node may not be lent now, or None."""
     if not node.ready:
@@ -480,6 +531,7 @@ def pod_view(obj: Mapping[str, t.Any]) -> PodView:
         node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or "Pending"),
         daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
+        slurmd=any(o.get("kind") == NODESET_KIND for o in owners),
         unschedulable=unschedulable,
         labels=dict(meta.get("labels") or {}),
         cpu_m=cpu_m,

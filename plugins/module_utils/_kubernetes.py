@@ -34,6 +34,11 @@ class KubernetesError(Exception):
     """A Kubernetes call failed; the message says which and why."""
 
 
+def kubernetes_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """The options of the doc fragment hpcops.slinky.kubernetes."""
+    return {"kubeconfig": {"type": "path"}, "context": {"type": "str"}}
+
+
 def kubernetes_client(kubeconfig: str | None = None, context: str | None = None) -> t.Any:
     """kubernetes.core's dynamic client for these settings (or its defaults)."""
     if not HAS_KUBERNETES_CORE:
@@ -135,3 +140,30 @@ def delete_object(
         if _status(err) == 404:
             return
         raise KubernetesError(f"cannot delete {kind} {name}: {_reason(err)}") from None
+
+
+def patch_object(
+    client: t.Any,
+    api_version: str,
+    kind: str,
+    name: str,
+    patch: dict[str, t.Any],
+    namespace: str | None = None,
+) -> dict[str, t.Any]:
+    """A JSON merge patch; one that carries metadata.resourceVersion is refused (Conflict)
+    when the object changed since that version was read."""
+    try:
+        resource = client.resource(kind, api_version)
+        patched = client.patch(
+            resource,
+            patch,
+            name=name,
+            namespace=namespace,
+            content_type="application/merge-patch+json",
+        )
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 409:
+            raise Conflict(f"{kind} {name} changed meanwhile") from None
+        raise KubernetesError(f"cannot patch {kind} {name}: {_reason(err)}") from None
+    obj: dict[str, t.Any] = patched.to_dict()
+    return obj

@@ -105,6 +105,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
     KubernetesError,
     delete_object,
     get_object,
+    kubernetes_argument_spec,
     kubernetes_client,
     write_object,
 )
@@ -121,8 +122,7 @@ def main() -> None:
             "holder": {"type": "str", "required": True},
             "duration_s": {"type": "int", "default": 900},
             "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **kubernetes_argument_spec(),
         },
         supports_check_mode=True,
     )
