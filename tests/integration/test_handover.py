@@ -160,7 +160,9 @@ class Pool:
         nodes = {n["name"]: n for n in self.slurm.get("nodes")["nodes"]}
         return nodes.get(name)
 
-    def submit(self, node: str, seconds: int, *, requeue: bool = True) -> int:
+    def submit(self, node: str, seconds: int, *, requeue: bool = True, pinned: bool = True) -> int:
+        """A backfill job that runs on `node` (named in the job when pinned; otherwise the
+        only lent node must be `node`)."""
         status, body = self.slurm.request(
             "POST",
             f"/slurm/{self.slurm.api}/job/submit",
@@ -168,7 +170,7 @@ class Pool:
                 "job": {
                     "name": f"backfill-{seconds}s",
                     "partition": "backfill",
-                    "required_nodes": [node],
+                    **({"required_nodes": [node]} if pinned else {}),
                     "requeue": requeue,
                     "current_working_directory": "/tmp",
                     "environment": ["PATH=/usr/bin:/bin"],
@@ -180,6 +182,7 @@ class Pool:
         assert status == 200 and not body.get("errors"), body
         job_id = int(body["job_id"])
         wait_until(lambda: "RUNNING" in self.job(job_id)["job_state"], 30, f"job {job_id} runs")
+        assert self.job(job_id)["nodes"] == node
         return job_id
 
     def job(self, job_id: int) -> dict[str, t.Any]:
@@ -330,3 +333,83 @@ def test_reclaim_waits_for_the_job_then_the_pending_pod_runs(clean_pool: Pool) -
     wait_until(lambda: pool.running_on("notebook") == "int01", 30, "the notebook on int01")
     pool.assert_clean("int01")
     assert pool.events("int01")[-3:] == ["HandoverLent", "HandoverReclaiming", "HandoverReturned"]
+
+
+def test_at_the_deadline_a_requeueable_job_is_requeued_and_runs_again(clean_pool: Pool) -> None:
+    pool = clean_pool
+    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
+    # Not pinned to int01 by name: Slurm would not take a job that names a node which has
+    # left the cluster back into the queue's running.
+    job_id = pool.submit("int01", 600, pinned=False)
+    policy = {**POLICY, "partitions": {"backfill": {"grace_s": 3, "escalation": "requeue"}}}
+    run = pool.playbook("reclaim", handover_nodes=["int01"], handover_policy=policy)
+    assert not run.failed, run.failures()
+    pool.assert_clean("int01")
+    assert pool.events("int01")[-4:] == [
+        "HandoverLent",
+        "HandoverReclaiming",
+        "HandoverEscalated",
+        "HandoverReturned",
+    ]
+    # Not lost: back in the queue (Slurm holds a requeued job back for a while).
+    job = pool.job(job_id)
+    assert job["job_state"] == ["PENDING"] and job["restart_cnt"] == 1, job["job_state"]
+    # It runs again once a node is lent again and it may start (an operator's
+    # `scontrol update begintime=now` stands in for Slurm's requeue hold).
+    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
+    status, body = pool.slurm.request(
+        "POST",
+        f"/slurm/{pool.slurm.api}/job/{job_id}",
+        {"begin_time": {"set": True, "number": int(time.time())}},
+    )
+    assert status == 200, body
+    wait_until(
+        lambda: "RUNNING" in pool.job(job_id)["job_state"], DEADLINE_S, "the job to run again"
+    )
+
+
+def test_under_wait_no_job_is_touched_and_the_node_is_blocked(clean_pool: Pool) -> None:
+    pool = clean_pool
+    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
+    job_id = pool.submit("int01", 600)
+    policy = {**POLICY, "partitions": {"backfill": {"grace_s": 2, "escalation": "wait"}}}
+    run = pool.playbook("reclaim", handover_nodes=["int01"], handover_policy=policy)
+    assert not run.failed, run.failures()
+    assert '"int01": "blocked"' in run.output
+    assert pool.job(job_id)["job_state"] == ["RUNNING"]
+    assert pool.journal("int01")["state"] == "reclaiming"
+    assert pool.marks("int01") == (True, True)  # still Slurm's: no application pod lands
+    assert pool.events("int01")[-1] == "HandoverBlocked"
+    slurm_node = pool.slurm_node("int01")
+    assert slurm_node is not None and "DRAIN" in slurm_node["state"]
+    assert slurm_node["reason"].startswith("hpcops: reclaim ")
+    # The next run looks again: still blocked while the job runs, free once it ended.
+    run = pool.playbook("rebalance", handover_policy={**policy, "max_changes_per_run": 1})
+    assert not run.failed, run.failures()
+    assert pool.job(job_id)["job_state"] == ["RUNNING"]
+    pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job_id}")  # the user's scancel
+    run = pool.playbook("rebalance", handover_policy={**policy, "max_changes_per_run": 1})
+    assert not run.failed, run.failures()
+    pool.assert_clean("int01")
+
+
+def test_an_application_pod_bound_after_the_taint_rolls_the_lend_back(clean_pool: Pool) -> None:
+    pool = clean_pool
+    # The lend stops right after its first step (journal lending + taint), as if the
+    # scheduler bound a pod in that moment: the pod is bound before the next step looks.
+    crashed = pool.handover("lend", ["int01"], fault="lend:taint")
+    assert crashed.failed
+    assert pool.journal("int01")["state"] == "lending"
+    pool.app_pod("raced", {"kubernetes.io/hostname": "int01"}, cpu="1", node="int01")
+    wait_until(lambda: pool.running_on("raced") == "int01", 30, "the raced pod to run")
+
+    run = pool.handover("lend", ["int01"])
+    assert not run.failed, run
+    assert results(run) == {"int01": "rolled_back"}
+    assert "jupyterhub/raced" in run["nodes"][0]["message"]
+    # The pod was never evicted; the node is the applications' again.
+    assert pool.running_on("raced") == "int01"
+    assert pool.journal("int01")["state"] == "free"
+    assert pool.marks("int01") == (False, False)
+    assert pool.slurm_node("int01") is None
+    assert pool.events("int01") == ["HandoverLending", "HandoverRolledBack"]
