@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 import typing as t
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ from pathlib import Path
 
 import pytest
 from ansible_runner import (
+    BIN,
     LAB_INVENTORY,
     REPO,
+    ansible_env,
     run_playbook,
     run_task,
 )
@@ -39,6 +42,7 @@ JOURNAL = "hpcops.io/handover"
 LEND_LABEL = "hpcops.io/slurm-lent"
 TAINT = "hpcops.io/lent"
 DEADLINE_S = 90.0
+FAULT_EXIT = 75  # node_handover's exit when a test stops it after a step
 PLAYBOOKS = REPO / "playbooks"
 # Lab policy: nothing waits for idle time or cool-down, and no headroom unless a test says.
 POLICY = {
@@ -413,3 +417,82 @@ def test_an_application_pod_bound_after_the_taint_rolls_the_lend_back(clean_pool
     assert pool.marks("int01") == (False, False)
     assert pool.slurm_node("int01") is None
     assert pool.events("int01") == ["HandoverLending", "HandoverRolledBack"]
+
+
+def resume_run(pool: Pool) -> t.Any:
+    """The next scheduled run, with a budget of one change: it only finishes the node."""
+    run = pool.playbook("rebalance", handover_policy={**POLICY, "max_changes_per_run": 1})
+    assert not run.failed, run.failures()
+    return run
+
+
+@pytest.mark.parametrize("step", ["taint", "recheck", "label"])
+def test_a_lend_stopped_after_any_step_is_finished_by_the_next_run(
+    clean_pool: Pool, step: str
+) -> None:
+    pool = clean_pool
+    crashed = pool.handover("lend", ["int01"], fault=f"lend:{step}")
+    assert crashed.failed and crashed.get("rc") == FAULT_EXIT, crashed
+    assert pool.journal("int01")["state"] == "lending"
+    resume_run(pool)
+    assert pool.journal("int01")["state"] == "lent"
+    assert pool.marks("int01") == (True, True)
+    slurm_node = pool.slurm_node("int01")
+    assert slurm_node is not None and "IDLE" in slurm_node["state"]
+    assert pool.events("int01") == ["HandoverLending", "HandoverLent"]
+    assert pool.journal("int02")["state"] == "free"  # the budget went to finishing int01
+
+
+@pytest.mark.parametrize("step", ["journal", "drain", "drained", "unlabel", "pod_gone"])
+def test_a_reclaim_stopped_after_any_step_is_finished_by_the_next_run(
+    clean_pool: Pool, step: str
+) -> None:
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    crashed = pool.handover("reclaim", ["int01"], fault=f"reclaim:{step}")
+    assert crashed.failed and crashed.get("rc") == FAULT_EXIT, crashed
+    assert pool.journal("int01")["state"] == "reclaiming"
+    resume_run(pool)
+    # No stray taint, label, journal, slurmd or (DOWN) Slurm node.
+    pool.assert_clean("int01")
+    assert pool.events("int01")[-2:] == ["HandoverReclaiming", "HandoverReturned"]
+    assert pool.journal("int02")["state"] == "free"
+
+
+def test_two_rebalance_runs_started_together_one_acts(clean_pool: Pool) -> None:
+    pool = clean_pool
+    extra = pool.key_path.parent / "rebalance-vars.json"
+    extra.write_text(json.dumps({"handover_policy": POLICY}))
+    command = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(LAB_INVENTORY),
+        str(PLAYBOOKS / "rebalance.yml"),
+        "-e",
+        f"@{extra}",
+    ]
+    runs = [
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ansible_env()
+        )
+        for _ in range(2)
+    ]
+    reports = [json.loads(run.communicate(timeout=600)[0]) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+
+    def lease(report: dict[str, t.Any]) -> dict[str, t.Any]:
+        for play in report["plays"]:
+            for task in play["tasks"]:
+                if task["task"]["name"].endswith(": Take the handover Lease"):
+                    result: dict[str, t.Any] = task["hosts"]["localhost"]
+                    return result
+        raise AssertionError("no Lease task in the run")
+
+    acquired = [lease(report)["acquired"] for report in reports]
+    assert sorted(acquired) == [False, True], acquired
+    loser = reports[acquired.index(False)]
+    assert loser["stats"]["localhost"]["changed"] == 0
+    # The winner lent both idle nodes, once each.
+    for name in LENDABLE:
+        assert pool.journal(name)["state"] == "lent"
+        assert pool.events(name) == ["HandoverLending", "HandoverLent"]
