@@ -66,8 +66,8 @@ def handover_status_table(rows: t.Any) -> list[str]:
         raise AnsibleFilterError(
             "handover_status_table: expected the `status` list that handover_plan returns"
         )
-    cells = [[header for header, _ in COLUMNS]]
-    cells += [[_cell(row, key) for _, key in COLUMNS] for row in rows]
+    cells = [[header for header, _key in COLUMNS]]
+    cells += [[_cell(row, key) for _header, key in COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells

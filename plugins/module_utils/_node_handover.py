@@ -560,7 +560,7 @@ class Handover:
 
     def _transition(self, name: str, build: Callable[[JSON], JSON]) -> JSON:
         """Read, build the patch from what was read, write it; again if the Node changed."""
-        for _ in range(CONFLICT_RETRIES):
+        for _attempt in range(CONFLICT_RETRIES):
             current = self._node(name)
             try:
                 return self.kube.patch_node(name, build(current))

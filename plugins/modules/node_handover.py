@@ -116,6 +116,9 @@ attributes:
     details: Reads the Nodes and reports the steps each would take; writes nothing.
   diff_mode:
     support: none
+  idempotent:
+    support: full
+    details: A node already lent (or free) is left as it is; a node half handed over is finished.
 requirements:
   - python-hostlist
 notes:
@@ -236,7 +239,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import
 )
 
 TAINT_SPEC: dict[str, dict[str, t.Any]] = {
-    "key": {"type": "str", "default": "hpcops.io/lent"},
+    "key": {"type": "str", "default": "hpcops.io/lent", "no_log": False},
     "value": {"type": "str", "default": "slurm"},
     "effect": {"type": "str", "choices": ["NoSchedule", "NoExecute"], "default": "NoSchedule"},
 }

@@ -473,9 +473,9 @@ def test_two_rebalance_runs_started_together_one_acts(clean_pool: Pool) -> None:
     ]
     runs = [
         subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ansible_env()
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env()
         )
-        for _ in range(2)
+        for _run in range(2)
     ]
     reports = [json.loads(run.communicate(timeout=600)[0]) for run in runs]
     assert [run.returncode for run in runs] == [0, 0]

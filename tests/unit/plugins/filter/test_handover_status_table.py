@@ -1,0 +1,64 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""status.yml's table, from the rows handover_plan returns."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.hpcops.slinky.plugins.filter.handover import handover_status_table
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (
+    JobView,
+    Journal,
+    NodeView,
+    PodView,
+    Policy,
+    SlurmNodeView,
+    status_rows,
+)
+
+POLICY = Policy(pool_selector={"pool": "interactive"}, never_touch_selector={"never-touch": "true"})
+NOW = 100_000.0
+
+
+def test_rows_and_table_per_pool_node() -> None:
+    nodes = [
+        NodeView(
+            "int02", {"pool": "interactive"}, journal=Journal("lent", "op2", since=NOW - 7500)
+        ),
+        NodeView(
+            "int01",
+            {"pool": "interactive"},
+            journal=Journal("reclaiming", "op1", since=NOW - 30, deadline=NOW + 270),
+        ),
+        NodeView("gpu01", {"pool": "interactive", "never-touch": "true"}, unschedulable=True),
+        NodeView("svc01", {"pool": "services"}),
+    ]
+    pods = [
+        PodView("apps", "nb", node="gpu01"),
+        PodView("slurm", "slurmd", node="int02", slurmd=True),
+    ]
+    slurm = {
+        "int01": SlurmNodeView("int01", frozenset({"MIXED", "DRAIN"}), (JobView(7, "backfill"),)),
+        "int02": SlurmNodeView("int02", frozenset({"IDLE"})),
+    }
+    rows = status_rows(nodes, pods, slurm, POLICY, NOW)
+    assert [row["node"] for row in rows] == ["gpu01", "int01", "int02"]  # svc01: not the pool
+    by_name = {row["node"]: row for row in rows}
+    assert by_name["int02"]["lent_for_s"] == 7500 and by_name["int02"]["app_pods"] == 0
+    assert by_name["int01"]["deadline_in_s"] == 270 and by_name["int01"]["jobs"] == [7]
+    assert by_name["gpu01"]["never_touch"] and by_name["gpu01"]["app_pods"] == 1
+    assert handover_status_table(rows) == [
+        "NODE   K8S                         APPS  JOURNAL                     FOR    SLURM        JOBS  OP",
+        "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -",
+        "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1",
+        "int02  Ready                       0     lent                        2h05m  IDLE         0     op2",
+    ]
+
+
+@pytest.mark.parametrize("rows", [None, "text", [1, 2]])
+def test_anything_but_status_rows_is_refused(rows: object) -> None:
+    with pytest.raises(AnsibleFilterError, match="handover_plan returns"):
+        handover_status_table(rows)
