@@ -167,6 +167,8 @@ record-slurm-fixtures: deps
 benchmarks: setup
 	$(BIN)/python benchmarks/slurm_info_scale.py
 	$(BIN)/python benchmarks/handover_plan_scale.py
+	@echo "benchmarks/handover_reclaim.py needs the lab (make lab-up) and runs in it"
+	$(BIN)/python benchmarks/handover_reclaim.py
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output

@@ -85,42 +85,54 @@ def site(
     return nodes, pods, slurm
 
 
+POLICY = Policy(
+    pool_selector=POOL,
+    headroom=4,
+    lend_min_idle_s=600,
+    max_changes_per_run=32,
+    partitions={"precious": PartitionPolicy(600, "wait")},
+)
+
+
+def measure(
+    scenario: str, pending: int, trials: int, node_count: int, job_count: int, verbose: bool = False
+) -> tuple[list[float], list[float]]:
+    """Seconds and peak MiB of one plan, per trial, on a synthetic site."""
+    nodes, pods, slurm = site(node_count, job_count, pending)
+    if verbose:
+        print(
+            f"planner, {scenario}: {node_count} nodes, {job_count} jobs, {len(pods)} pods, "
+            f"{len(slurm)} lent nodes"
+        )
+        print(f"{'trial':>6}  {'seconds':>8}  {'peak MiB':>8}  {'reclaim':>7}  {'lend':>5}")
+    times, peaks = [], []
+    for trial in range(1, trials + 1):
+        tracemalloc.start()
+        started = time.perf_counter()
+        result = plan(nodes, pods, slurm, POLICY, NOW)
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        times.append(elapsed)
+        peaks.append(peak)
+        if verbose:
+            print(
+                f"{trial:>6}  {elapsed:>8.3f}  {peak:>8.1f}  {len(result.reclaim):>7}  "
+                f"{len(result.lend):>5}"
+            )
+    return times, peaks
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--nodes", type=int, default=10000)
     parser.add_argument("--jobs", type=int, default=100000)
     args = parser.parse_args()
-    policy = Policy(
-        pool_selector=POOL,
-        headroom=4,
-        lend_min_idle_s=600,
-        max_changes_per_run=32,
-        partitions={"precious": PartitionPolicy(600, "wait")},
-    )
     # 300 pending pods leave idle nodes to lend; 12,000 need more than the free ones, so
     # the plan ranks every lent node to reclaim the cheapest.
     for scenario, pending in (("lend", 300), ("reclaim", 12000)):
-        nodes, pods, slurm = site(args.nodes, args.jobs, pending)
-        print(
-            f"planner, {scenario}: {args.nodes} nodes, {args.jobs} jobs, {len(pods)} pods, "
-            f"{len(slurm)} lent nodes"
-        )
-        print(f"{'trial':>6}  {'seconds':>8}  {'peak MiB':>8}  {'reclaim':>7}  {'lend':>5}")
-        times, peaks = [], []
-        for trial in range(1, args.trials + 1):
-            tracemalloc.start()
-            started = time.perf_counter()
-            result = plan(nodes, pods, slurm, policy, NOW)
-            elapsed = time.perf_counter() - started
-            peak = tracemalloc.get_traced_memory()[1] / 2**20
-            tracemalloc.stop()
-            times.append(elapsed)
-            peaks.append(peak)
-            print(
-                f"{trial:>6}  {elapsed:>8.3f}  {peak:>8.1f}  {len(result.reclaim):>7}  "
-                f"{len(result.lend):>5}"
-            )
+        times, peaks = measure(scenario, pending, args.trials, args.nodes, args.jobs, True)
         print(f"{'median':>6}  {statistics.median(times):>8.3f}  {statistics.median(peaks):>8.1f}")
         print(f"{'max':>6}  {max(times):>8.3f}  {max(peaks):>8.1f}   (target: 1 s per plan)\n")
     return 0

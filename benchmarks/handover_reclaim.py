@@ -1,0 +1,404 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Giving nodes back to the applications: the PriorityClass recipe against the protocol.
+
+    make lab-up && .venv/bin/python benchmarks/handover_reclaim.py [--trials 5] [--many 32]
+
+Runs in the lab (the real apiserver, scheduler, controller-manager, Slinky operator and
+Slurm; the site is deployed first if it is not).  It adds kwok nodes bench01..benchNN to
+the interactive pool, and removes them at the end.
+
+* baseline (the recipe of the seeds): a DaemonSet of slurmd stand-ins with a low
+  PriorityClass on bench01, and an application pod with the default priority and a
+  required anti-affinity against them.  Per trial: seconds until the application pod runs
+  (capped), how many slurmd pods were evicted meanwhile, whether it ever ran.
+* protocol: bench nodes lent with node_handover's code (in this process, no Ansible start
+  up), one pending application pod per node; seconds from the start of the reclaim until
+  every application pod runs, for one node and for --many nodes at once.
+* planner: 10,000 nodes and 100,000 jobs (benchmarks/handover_plan_scale.py).
+
+Targets: one idle lent node back in 5 s or less (p95), --many nodes in 15 s, a plan in 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import statistics
+import sys
+import time
+import typing as t
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for path in (
+    REPO / ".build" / "collections",
+    REPO / "tests" / "lab",
+    REPO / "tests" / "integration",
+):
+    sys.path.insert(0, str(path))
+
+import handover_plan_scale  # noqa: E402
+from ansible_runner import LAB_INVENTORY, SITE, run_playbook  # noqa: E402
+from k8s_lab import K8sLab, LabNode  # noqa: E402
+from slurm_lab import LabError, wait_until  # noqa: E402
+from slurm_pods import REST_ADDRESS, SlinkyRest  # noqa: E402
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (  # noqa: E402
+    PartitionPolicy,
+    Policy,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol import (  # noqa: E402
+    Marks,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (  # noqa: E402
+    kubernetes_client,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover import (  # noqa: E402
+    Handover,
+    Kube,
+    Settings,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (  # noqa: E402
+    Connection,
+    SlurmRestClient,
+)
+
+NAMESPACE = "bench"
+BENCH_LABEL = "hpcops.io/bench"
+BASELINE_CAP_S = 30.0
+MERGE = "application/merge-patch+json"
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
+
+
+class Bench:
+    def __init__(self, lab: K8sLab, nodes: int) -> None:
+        self.lab = lab
+        self.names = [f"bench{i:02d}" for i in range(1, nodes + 1)]
+
+    # -- set-up and clean-up ---------------------------------------------------------
+
+    def up(self) -> None:
+        if not self.lab.get("/apis/slinky.slurm.net/v1beta1/nodesets")["items"]:
+            print("deploying the site (playbooks/site.yml) ...", flush=True)
+            run = run_playbook(SITE, LAB_INVENTORY)
+            if run.failed:
+                raise LabError(f"site.yml failed: {run.failures()}")
+        self.lab.apply(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        )
+        for name in self.names:
+            manifest = LabNode(name, "interactive", cpus=32, memory_gib=256).manifest()
+            manifest["metadata"]["labels"][BENCH_LABEL] = "true"
+            self.lab.apply("/api/v1/nodes", manifest)
+        wait_until(
+            lambda: all(
+                self.lab.node_conditions().get(n, {}).get("Ready") == "True" for n in self.names
+            ),
+            60,
+            "the bench nodes Ready",
+        )
+
+    def down(self, handover: Handover) -> None:
+        self.delete_pods()
+        for name in self.names:
+            handover.run(name, "reclaim")
+            self.lab.request("DELETE", f"/api/v1/nodes/{name}")
+        self.lab.request("DELETE", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/bench-slurmd")
+        self.lab.request("DELETE", "/apis/scheduling.k8s.io/v1/priorityclasses/bench-slurmd-low")
+
+    def pods(self, selector: str = "") -> list[dict[str, t.Any]]:
+        query = f"?labelSelector={selector}" if selector else ""
+        items: list[dict[str, t.Any]] = self.lab.get(f"/api/v1/namespaces/{NAMESPACE}/pods{query}")[
+            "items"
+        ]
+        return items
+
+    def delete_pods(self, selector: str = "app=notebook") -> None:
+        for pod in self.pods(selector):
+            self.lab.request(
+                "DELETE",
+                f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}?gracePeriodSeconds=0",
+            )
+        wait_until(lambda: not self.pods(selector), 60, "the application pods to go")
+
+    def notebook(
+        self, name: str, node_selector: dict[str, str], affinity: dict[str, t.Any]
+    ) -> None:
+        self.lab.apply(
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "notebook"}},
+                "spec": {
+                    "nodeSelector": node_selector,
+                    "affinity": affinity,
+                    "containers": [
+                        {
+                            "name": "notebook",
+                            "image": "quay.io/jupyter/base-notebook:latest",
+                            "resources": {"requests": {"cpu": "24", "memory": "8Gi"}},
+                        }
+                    ],
+                },
+            },
+        )
+
+    # -- the PriorityClass recipe ----------------------------------------------------
+
+    def baseline(self, trials: int) -> list[tuple[float, int, bool]]:
+        node = self.names[0]
+        self.lab.apply(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": "bench-slurmd-low"},
+                "value": -100,
+                "description": "slurmd pods that applications should preempt (the recipe)",
+            },
+        )
+        labels = {"app": "bench-slurmd"}
+        self.lab.apply(
+            f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "bench-slurmd"},
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "priorityClassName": "bench-slurmd-low",
+                            "nodeSelector": {"kubernetes.io/hostname": node},
+                            # As in the seeds: slurmd keeps off nodes running applications.
+                            "affinity": {
+                                "podAntiAffinity": {
+                                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                                        {
+                                            "labelSelector": {"matchLabels": {"app": "notebook"}},
+                                            "topologyKey": "kubernetes.io/hostname",
+                                        }
+                                    ]
+                                }
+                            },
+                            "containers": [
+                                {
+                                    "name": "slurmd",
+                                    "image": "ghcr.io/slinkyproject/slurmd:25.11",
+                                    "resources": {"requests": {"cpu": "24"}},
+                                }
+                            ],
+                        },
+                    },
+                },
+            },
+        )
+        anti = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": labels},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+        results = []
+        for trial in range(trials):
+            wait_until(lambda: self.running("app=bench-slurmd"), 60, "the slurmd stand-in to run")
+            seen = {p["metadata"]["uid"] for p in self.pods("app=bench-slurmd")}
+            started = time.perf_counter()
+            self.notebook(f"baseline-{trial}", {"kubernetes.io/hostname": node}, anti)
+            ran = False
+            while time.perf_counter() - started < BASELINE_CAP_S:
+                seen |= {p["metadata"]["uid"] for p in self.pods("app=bench-slurmd")}
+                if self.running("app=notebook"):
+                    ran = True
+                    break
+                time.sleep(0.1)
+            elapsed = time.perf_counter() - started
+            live = {
+                p["metadata"]["uid"]
+                for p in self.pods("app=bench-slurmd")
+                if not p["metadata"].get("deletionTimestamp")
+            }
+            evicted = len(seen - live)
+            results.append((elapsed, evicted, ran))
+            print(
+                f"  baseline trial {trial + 1}: {elapsed:.1f} s, {evicted} evictions, ran: {ran}",
+                flush=True,
+            )
+            self.delete_pods()
+        self.lab.request("DELETE", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/bench-slurmd")
+        wait_until(lambda: not self.pods("app=bench-slurmd"), 60, "the slurmd stand-ins to go")
+        return results
+
+    def running(self, selector: str) -> bool:
+        pods = self.pods(selector)
+        return bool(pods) and all(
+            p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            for p in pods
+        )
+
+    # -- the protocol ----------------------------------------------------------------
+
+    def protocol(self, handover: Handover, count: int, trials: int) -> list[tuple[float, float]]:
+        """(seconds until every application pod runs, slowest node's reclaim) per trial."""
+        names = self.names[:count]
+        results = []
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            for trial in range(trials):
+                lent = list(pool.map(lambda n: handover.run(n, "lend"), names))
+                failed = [(o.node, o.message) for o in lent if o.result != "lent"]
+                if failed:
+                    raise LabError(f"lend failed: {failed}")
+                # One notebook per lent node; only those nodes (the others are free).
+                on_lent = {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": names,
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+                for i in range(count):
+                    self.notebook(f"nb-{count}-{trial}-{i}", {BENCH_LABEL: "true"}, on_lent)
+                wait_until(lambda: self.all_unschedulable(count), 60, "the notebooks to wait")
+                started = time.perf_counter()
+                outcomes = list(pool.map(lambda n: handover.run(n, "reclaim"), names))
+                while not (
+                    len(self.pods("app=notebook")) == count and self.running("app=notebook")
+                ):
+                    time.sleep(0.05)
+                elapsed = time.perf_counter() - started
+                bad = [(o.node, o.message) for o in outcomes if o.result != "free"]
+                if bad:
+                    raise LabError(f"reclaim failed: {bad}")
+                slowest = max(o.seconds for o in outcomes)
+                results.append((elapsed, slowest))
+                print(
+                    f"  protocol {count} node(s), trial {trial + 1}: {elapsed:.2f} s (reclaim {slowest:.2f} s)",
+                    flush=True,
+                )
+                self.delete_pods()
+                time.sleep(1)  # the freed nodes' pods are gone; let the operator settle
+        return results
+
+    def all_unschedulable(self, count: int) -> bool:
+        pods = self.pods("app=notebook")
+        return len(pods) == count and all(
+            any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])
+            for p in pods
+        )
+
+
+def table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--many", type=int, default=32)
+    parser.add_argument("--many-trials", type=int, default=3)
+    args = parser.parse_args()
+
+    lab = K8sLab()
+    if not lab.is_healthy():
+        print("the lab is not up: make lab-up", file=sys.stderr)
+        return 2
+    bench = Bench(lab, max(args.many, 1))
+    bench.up()
+    secret = lab.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")
+    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+    slurm = SlurmRestClient(
+        Connection(url=f"http://{REST_ADDRESS}", token=rest.token(lifespan=7200))
+    )
+    kube = Kube(kubernetes_client(str(lab.kubeconfig_path)))
+    policy = Policy(
+        pool_selector={BENCH_LABEL: "true"}, partitions={"backfill": PartitionPolicy(30, "requeue")}
+    )
+    handover = Handover(kube, slurm, Settings(marks=Marks(), policy=policy, by="benchmark"))
+    try:
+        print("baseline: PriorityClass preemption (the seeds' recipe)", flush=True)
+        baseline = bench.baseline(args.trials)
+        print("protocol: reclaim", flush=True)
+        one = bench.protocol(handover, 1, args.trials)
+        many = bench.protocol(handover, args.many, args.many_trials)
+    finally:
+        bench.down(handover)
+    print("planner: 10,000 nodes, 100,000 jobs", flush=True)
+    plans = handover_plan_scale.measure("reclaim", 12000, args.trials, 10000, 100000)
+
+    rows = [("case", "trials", "median s", "p95 s", "max s", "other", "target")]
+    ran = [b for b in baseline if b[2]]
+    times = [b[0] for b in baseline]
+    rows.append(
+        (
+            "baseline: app pod runs (capped)",
+            str(len(baseline)),
+            f"{statistics.median(times):.2f}",
+            f"{percentile(times, 0.95):.2f}",
+            f"{max(times):.2f}",
+            f"evictions {sum(b[1] for b in baseline)}, never ran {len(baseline) - len(ran)}",
+            "-",
+        )
+    )
+    for label, results, target in (
+        ("protocol: 1 idle lent node back", one, "<= 5 s p95"),
+        (f"protocol: {args.many} lent nodes back", many, "<= 15 s"),
+    ):
+        times = [r[0] for r in results]
+        rows.append(
+            (
+                label,
+                str(len(results)),
+                f"{statistics.median(times):.2f}",
+                f"{percentile(times, 0.95):.2f}",
+                f"{max(times):.2f}",
+                f"reclaim itself max {max(r[1] for r in results):.2f} s",
+                target,
+            )
+        )
+    plan_times, peaks = plans
+    rows.append(
+        (
+            "planner: one plan",
+            str(len(plan_times)),
+            f"{statistics.median(plan_times):.3f}",
+            f"{percentile(plan_times, 0.95):.3f}",
+            f"{max(plan_times):.3f}",
+            f"peak {max(peaks):.1f} MiB",
+            "<= 1 s",
+        )
+    )
+    print()
+    table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
