@@ -69,6 +69,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
 NAMESPACE = "bench"
 BENCH_LABEL = "hpcops.io/bench"
 BASELINE_CAP_S = 30.0
+RUN_CAP_S = 120.0  # a protocol trial whose pods do not run by then is an error
 MERGE = "application/merge-patch+json"
 
 
@@ -85,7 +86,8 @@ class Bench:
     # -- set-up and clean-up ---------------------------------------------------------
 
     def up(self) -> None:
-        if not self.lab.get("/apis/slinky.slurm.net/v1beta1/nodesets")["items"]:
+        status, body = self.lab.request("GET", "/apis/slinky.slurm.net/v1beta1/nodesets")
+        if status != 200 or not body["items"]:
             print("deploying the site (playbooks/site.yml) ...", flush=True)
             run = run_playbook(SITE, LAB_INVENTORY)
             if run.failed:
@@ -285,14 +287,16 @@ class Bench:
                 wait_until(lambda: self.all_unschedulable(count), 60, "the notebooks to wait")
                 started = time.perf_counter()
                 outcomes = list(pool.map(lambda n: handover.run(n, "reclaim"), names))
-                while not (
-                    len(self.pods("app=notebook")) == count and self.running("app=notebook")
-                ):
-                    time.sleep(0.05)
-                elapsed = time.perf_counter() - started
                 bad = [(o.node, o.message) for o in outcomes if o.result != "free"]
                 if bad:
                     raise LabError(f"reclaim failed: {bad}")
+                while not (
+                    len(self.pods("app=notebook")) == count and self.running("app=notebook")
+                ):
+                    if time.perf_counter() - started > RUN_CAP_S:
+                        raise LabError(f"the notebooks did not run within {RUN_CAP_S:.0f} s")
+                    time.sleep(0.05)
+                elapsed = time.perf_counter() - started
                 slowest = max(o.seconds for o in outcomes)
                 results.append((elapsed, slowest))
                 print(

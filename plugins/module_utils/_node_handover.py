@@ -423,9 +423,9 @@ class Handover:
                 return
 
         self._drain(slurm_name, outcome)
+        self._step(outcome, "drain")
         drained = self._wait(
-            lambda: slurm_drained(self.slurm.node(slurm_name)),
-            max(deadline - self.clock(), 0.0),
+            lambda: self._held(slurm_name, outcome), max(deadline - self.clock(), 0.0)
         )
         if not drained and not self._escalate(slurm_name, outcome):
             return
@@ -437,8 +437,7 @@ class Handover:
         if slurm_node is None:
             return
         if "DRAIN" in slurm_node["state_flags"] and self.marks.is_our_reason(slurm_node["reason"]):
-            self._step(outcome, "drain")  # drained by an earlier step of ours
-            return
+            return  # drained by an earlier step of ours
         request = NodeRequest(
             state="drain",
             reason=self.marks.drain_reason(outcome.op),
@@ -449,9 +448,33 @@ class Handover:
             # Somebody else's drain keeps jobs off too; keep it and say so.
             outcome.warnings.append(f"kept the drain of someone else: {change.foreign_reason!r}")
         if change.action == "update":
-            self.slurm.update_node(slurm_name, change.body)
+            try:
+                self.slurm.update_node(slurm_name, change.body)
+            except SlurmRestError:
+                # The operator may replace the slurmd pod at any time (it does when a pod
+                # looks healthy but its node has not registered): the node it drained is
+                # gone, and nothing is left to drain.
+                if self.slurm.node(slurm_name) is not None:
+                    raise
+                return
             outcome.changed = True
-        self._step(outcome, "drain")
+
+    def _held(self, slurm_name: str, outcome: Outcome) -> bool:
+        """Drained and idle; a node that lost its drain while we wait is drained again.
+
+        That happens when slurmd registers anew (its pod was re-created, for example after
+        the Node was NotReady for a while: a dynamic node comes back without the drain), or
+        when somebody resumed it by hand. The node is still ours to reclaim, and no job may
+        start on it meanwhile.
+        """
+        slurm_node = self.slurm.node(slurm_name)
+        if slurm_node is not None and not (
+            "DRAIN" in slurm_node["state_flags"] or slurm_node["state"] == "DOWN"
+        ):
+            outcome.warnings.append(f"Slurm node {slurm_name} lost its drain; drained it again")
+            self._drain(slurm_name, outcome)
+            slurm_node = self.slurm.node(slurm_name)
+        return slurm_drained(slurm_node)
 
     def _escalate(self, slurm_name: str, outcome: Outcome) -> bool:
         """Apply the policy at the deadline; False when the node stays blocked."""
@@ -492,9 +515,7 @@ class Handover:
             )
             self._event(outcome, "Blocked", outcome.message, warning=True)
             return False
-        if not self._wait(
-            lambda: slurm_drained(self.slurm.node(slurm_name)), self.settings.pod_timeout_s
-        ):
+        if not self._wait(lambda: self._held(slurm_name, outcome), self.settings.pod_timeout_s):
             raise KubernetesError(
                 f"jobs still run on Slurm node {slurm_name} {self.settings.pod_timeout_s:g} s "
                 "after the escalation"

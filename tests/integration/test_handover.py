@@ -64,9 +64,9 @@ class Pool:
 
     # -- playbooks and the module ----------------------------------------------------
 
-    def playbook(self, name: str, **extra: t.Any) -> t.Any:
+    def playbook(self, name: str, *, check: bool = False, **extra: t.Any) -> t.Any:
         extra.setdefault("handover_policy", POLICY)
-        run = run_playbook(PLAYBOOKS / f"{name}.yml", LAB_INVENTORY, extra_vars=extra)
+        run = run_playbook(PLAYBOOKS / f"{name}.yml", LAB_INVENTORY, extra_vars=extra, check=check)
         assert self.slurm.token() not in run.output
         return run
 
@@ -496,3 +496,44 @@ def test_two_rebalance_runs_started_together_one_acts(clean_pool: Pool) -> None:
     for name in LENDABLE:
         assert pool.journal(name)["state"] == "lent"
         assert pool.events(name) == ["HandoverLending", "HandoverLent"]
+
+
+def test_check_mode_reports_the_steps_and_changes_nothing(clean_pool: Pool) -> None:
+    run = clean_pool.playbook("lend", handover_nodes=["int01"], check=True)
+    assert not run.failed, run.failures()
+    assert '"would taint"' in run.output and '"would registered"' in run.output
+    clean_pool.assert_clean("int01")
+    assert clean_pool.events("int01") == []
+    lease = clean_pool.lab.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/slurm/leases/hpcops-slinky-handover"
+    )
+    assert lease[0] == 404  # check mode took no Lease either
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"handover_policy": "headroom=2"}, "handover_policy: give a mapping"),
+        ({"handover_nodes": "int01"}, "handover_nodes: give a list"),
+        ({"handover_lease_duration_s": 60}, "handover_lease_duration_s: 60 s is shorter"),
+        (
+            {
+                "handover_policy": {
+                    **POLICY,
+                    "partitions": {"backfill": {"grace_s": 5, "escalation": "kill"}},
+                }
+            },
+            "partitions.backfill.escalation: 'kill' is not a known policy",
+        ),
+        ({"handover_policy": {**POLICY, "headroom": -1}}, "headroom: -1 is negative"),
+    ],
+)
+def test_bad_settings_stop_with_the_setting_and_the_fix(
+    pool: Pool, extra: dict[str, t.Any], message: str
+) -> None:
+    run = pool.playbook("rebalance", **extra)
+    assert run.failed
+    assert message in " ".join(run.failures()), run.failures()
+    assert "Traceback" not in run.output
+    for name in LENDABLE:
+        assert pool.marks(name) == (False, False)

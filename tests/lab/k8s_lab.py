@@ -507,6 +507,10 @@ class K8sLab(RunDirState):
                 f"--root-ca-file={pki / 'ca.crt'}",
                 # Each controller acts as its own service account, as on kubeadm clusters.
                 "--use-service-account-credentials=true",
+                # kwok shares two cores with everything else and its heartbeats can lag; a
+                # node marked NotReady gets the unreachable NoExecute taint, and the Slinky
+                # operator then deletes its slurmd pod. Real kubelets do not starve so.
+                "--node-monitor-grace-period=180s",
                 "--profiling=false",
             ],
             "kube-scheduler": [
