@@ -134,6 +134,13 @@ demo: setup build-check
 	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i inventories/lab playbooks/site.yml
 	eval "$$($(K8S_LAB) env)"; kubectl get nodesets,controllers,restapis -n slurm; \
 	  kubectl get configmap -n slurm slurm-config -o jsonpath='{.data.slurm\.conf}' | sed -n '/EXTRA CONFIG/,$$p'
+	@echo ">> lend int01 to Slurm, show the pool, give it back (the handover protocol)"
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i inventories/lab playbooks/lend.yml \
+	  -e '{"handover_nodes": ["int01"]}'
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i inventories/lab playbooks/status.yml
+	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i inventories/lab playbooks/reclaim.yml \
+	  -e '{"handover_nodes": ["int01"]}'
+	eval "$$($(K8S_LAB) env)"; kubectl describe node int01 | sed -n '/^Events:/,$$p'
 	@echo ">> the lab stays up: 'make lab-status', 'make lab-down'"
 
 # The local lab (see tests/lab/README.md): real Slurm 26.05 and 24.11, and a real

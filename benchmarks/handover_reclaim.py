@@ -298,6 +298,21 @@ class Bench:
                     time.sleep(0.05)
                 elapsed = time.perf_counter() - started
                 slowest = max(o.seconds for o in outcomes)
+                if count > 1:  # where the time goes: each step's median end, in seconds
+                    steps = {step for o in outcomes for step in o.timeline}
+                    print(
+                        "    steps (median end): "
+                        + ", ".join(
+                            f"{step} {statistics.median(o.timeline[step] for o in outcomes if step in o.timeline):.2f}"
+                            for step in sorted(
+                                steps,
+                                key=lambda st: statistics.median(
+                                    o.timeline[st] for o in outcomes if st in o.timeline
+                                ),
+                            )
+                        ),
+                        flush=True,
+                    )
                 results.append((elapsed, slowest))
                 print(
                     f"  protocol {count} node(s), trial {trial + 1}: {elapsed:.2f} s (reclaim {slowest:.2f} s)",
@@ -341,7 +356,7 @@ def main() -> int:
     slurm = SlurmRestClient(
         Connection(url=f"http://{REST_ADDRESS}", token=rest.token(lifespan=7200))
     )
-    kube = Kube(kubernetes_client(str(lab.kubeconfig_path)))
+    kube = Kube(kubernetes_client(str(lab.kubeconfig_path)), connections=args.many)
     policy = Policy(
         pool_selector={BENCH_LABEL: "true"}, partitions={"backfill": PartitionPolicy(30, "requeue")}
     )

@@ -104,6 +104,9 @@ class Outcome:
     jobs: dict[str, list[int]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    started: float = 0.0
+    uid: str = ""  # the Node's, for its Events
+    timeline: dict[str, float] = field(default_factory=dict)  # step -> seconds after start
     changed: bool = False
 
     def as_dict(self) -> JSON:
@@ -117,6 +120,7 @@ class Outcome:
             "message": self.message,
             "jobs": dict(self.jobs),
             "seconds": round(self.seconds, 2),
+            "timeline": {step: round(at, 2) for step, at in self.timeline.items()},
             "changed": self.changed,
         }
 
@@ -132,11 +136,21 @@ class Skipped(Refused):
 class Kube:
     """The few Kubernetes calls the protocol makes, on kubernetes.core's client."""
 
-    def __init__(self, client: t.Any) -> None:
+    def __init__(self, client: t.Any, connections: int = 8) -> None:
         self.client = client
         # Resolve the kinds once: discovery is not safe to run from several threads.
         for kind in ("Node", "Pod", "Event"):
             client.resource(kind, "v1")
+        # One connection per worker: the client keeps 10 by default (5 per CPU), and a
+        # connection it cannot keep is closed, so each further call would pay a new TLS
+        # handshake.
+        pool_manager = getattr(getattr(client.client, "client", None), "rest_client", None)
+        pool_manager = getattr(pool_manager, "pool_manager", None)
+        if pool_manager is not None and connections > pool_manager.connection_pool_kw.get(
+            "maxsize", 1
+        ):
+            pool_manager.connection_pool_kw["maxsize"] = connections
+            pool_manager.clear()
 
     def node(self, name: str) -> JSON | None:
         return get_object(self.client, "v1", "Node", name)
@@ -214,7 +228,7 @@ class Handover:
 
     def _guarded(self, outcome: Outcome, body: Callable[[], None]) -> Outcome:
         """Run one node's work; its errors end that node's outcome, not the other nodes'."""
-        started = self.clock()
+        started = outcome.started = self.clock()
         try:
             body()
         except Skipped as err:
@@ -232,6 +246,7 @@ class Handover:
 
     def _dispatch(self, outcome: Outcome) -> None:
         node = self._node(outcome.node)
+        outcome.uid = node["metadata"].get("uid", "")
         journal = journal_of(node, self.marks)
         if journal.state == "corrupt":
             raise Refused(f"{journal.reason}; fix or remove the annotation by hand")
@@ -318,6 +333,7 @@ class Handover:
                 name, lambda current: node_patch(current, self.marks, label=True)
             )
             self._step(outcome, "label", "", f"label {self.marks.lend_label}")
+        if not any(is_slurmd_pod(pod) for pod in pods):
             try:
                 self.kube.nudge_nodesets(
                     self.marks.lend_label,
@@ -373,7 +389,10 @@ class Handover:
     def _registration(self, name: str) -> tuple[str, str, str] | None:
         """(Slurm node name, registration, Slurm's reason) once slurmd registered or was
         refused; None while it is still on its way."""
-        slurm_name = slurm_node_name(name, self.kube.pods_on(name))
+        pods = self.kube.pods_on(name)
+        if not any(is_slurmd_pod(pod) for pod in pods):
+            return None  # a Slurm node of that name without a slurmd pod is a leftover
+        slurm_name = slurm_node_name(name, pods)
         slurm_node = self.slurm.node(slurm_name)
         state = registration(slurm_node)
         if state == "waiting":
@@ -450,12 +469,11 @@ class Handover:
         if change.action == "update":
             try:
                 self.slurm.update_node(slurm_name, change.body)
-            except SlurmRestError:
+            except SlurmRestError as err:
                 # The operator may replace the slurmd pod at any time (it does when a pod
-                # looks healthy but its node has not registered): the node it drained is
-                # gone, and nothing is left to drain.
-                if self.slurm.node(slurm_name) is not None:
-                    raise
+                # looks healthy but its node has not registered yet): the node may be gone,
+                # or registering anew. The wait that follows drains it again if need be.
+                outcome.warnings.append(f"drain of Slurm node {slurm_name} failed ({err})")
                 return
             outcome.changed = True
 
@@ -617,6 +635,7 @@ class Handover:
         warning: bool = False,
     ) -> None:
         outcome.steps.append(step)
+        outcome.timeline[step] = self.clock() - outcome.started
         outcome.changed = outcome.changed or step != "recheck"
         if event:
             self._event(outcome, event, message, warning=warning)
@@ -625,7 +644,10 @@ class Handover:
 
     def _event(self, outcome: Outcome, reason: str, message: str, *, warning: bool = False) -> None:
         """A Kubernetes Event on the Node (`kubectl describe node` shows the history)."""
-        node = self.kube.node(outcome.node)
+        if not outcome.uid:
+            outcome.uid = ((self.kube.node(outcome.node) or {}).get("metadata") or {}).get(
+                "uid", ""
+            )
         now = microtime(self.clock())
         body = {
             "apiVersion": "v1",
@@ -638,7 +660,7 @@ class Handover:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "name": outcome.node,
-                "uid": (node or {}).get("metadata", {}).get("uid", ""),
+                "uid": outcome.uid,
             },
             "reason": f"Handover{reason}",
             "message": f"op {outcome.op}: {message}"[:1024],

@@ -191,6 +191,9 @@ nodes:
     seconds:
       description: How long the node's handover took.
       type: float
+    timeline:
+      description: Seconds from the start of the node's handover to the end of each step.
+      type: dict
 lent:
   description: Nodes lent (now or already).
   returned: always
@@ -325,7 +328,10 @@ def main() -> None:
     if not nodes:
         module.exit_json(**result)
     try:
-        kube = Kube(kubernetes_client(params["kubeconfig"], params["context"]))
+        kube = Kube(
+            kubernetes_client(params["kubeconfig"], params["context"]),
+            connections=min(params["max_parallel"], len(nodes)),
+        )
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
     settings = Settings(
