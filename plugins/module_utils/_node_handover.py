@@ -129,6 +129,10 @@ class Refused(Exception):
     """The node may not take this step; the message says why."""
 
 
+class StepFailed(Exception):
+    """A step did not finish in its time; the journal keeps the node where it is."""
+
+
 class Skipped(Refused):
     """Another run changed the node first: not an error, that run owns the step."""
 
@@ -237,7 +241,7 @@ class Handover:
         except Refused as err:
             outcome.result = "refused"
             outcome.message = str(err)
-        except (KubernetesError, SlurmRestError) as err:
+        except (KubernetesError, SlurmRestError, StepFailed) as err:
             outcome.result = "failed"
             outcome.message = f"{err}; the journal keeps the step, the next run resumes it"
         finally:
@@ -534,7 +538,7 @@ class Handover:
             self._event(outcome, "Blocked", outcome.message, warning=True)
             return False
         if not self._wait(lambda: self._held(slurm_name, outcome), self.settings.pod_timeout_s):
-            raise KubernetesError(
+            raise StepFailed(
                 f"jobs still run on Slurm node {slurm_name} {self.settings.pod_timeout_s:g} s "
                 "after the escalation"
             )
@@ -558,7 +562,10 @@ class Handover:
                     self.kube.delete_pod(pod)
             outcome.warnings.append("the operator left the slurmd pod; deleted it")
             if not self._wait(slurmd_gone, self.settings.pod_timeout_s):
-                raise KubernetesError(f"the slurmd pod on {name} is still there")
+                raise StepFailed(
+                    f"the slurmd pod on {name} is still there {self.settings.pod_timeout_s:g} s "
+                    "after it was deleted"
+                )
         self._step(outcome, "pod_gone")
         if self.slurm.node(slurm_name) is not None:
             try:

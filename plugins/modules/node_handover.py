@@ -20,7 +20,8 @@ description:
   - "V(reclaim): journal C(reclaiming) with a deadline (the longest grace of the node's
     partitions); drain the Slurm node with O(reason_prefix); wait until it is drained and
     idle or the deadline passes, then apply the partition's escalation (V(requeue) marks the
-    node DOWN so Slurm requeues its batch jobs, V(cancel) cancels them, V(wait) touches no job
+    node DOWN so Slurm requeues its batch jobs, and ends those that cannot be requeued,
+    listed in C(jobs.ended_not_requeueable); V(cancel) cancels them; V(wait) touches no job
     and reports the node C(blocked)); remove the lend label; wait until the slurmd pod is
     gone (deleting it after O(pod_timeout_s)); delete the Slurm node record; remove the
     taint and journal C(free)."
