@@ -164,6 +164,19 @@ class Pool:
         nodes = {n["name"]: n for n in self.slurm.get("nodes")["nodes"]}
         return nodes.get(name)
 
+    def idle_slurm_node(self, name: str) -> dict[str, t.Any]:
+        """The lent node's Slurm node once it is IDLE. Under load the operator can replace
+        a slurmd pod it saw as not yet registered, so a node that registered may be absent
+        for the seconds its new slurmd takes to register again."""
+        found: dict[str, t.Any] = {}
+
+        def idle() -> bool:
+            found.update(self.slurm_node(name) or {"state": []})
+            return "IDLE" in found["state"]
+
+        wait_until(idle, 60, f"Slurm node {name} to be IDLE")
+        return found
+
     def submit(self, node: str, seconds: int, *, requeue: bool = True, pinned: bool = True) -> int:
         """A backfill job that runs on `node` (named in the job when pinned; otherwise the
         only lent node must be `node`)."""
@@ -274,9 +287,7 @@ def test_lend_gives_idle_pool_nodes_to_slurm_and_leaves_the_rest(clean_pool: Poo
     # int01 is idle: lent; its slurmd (started by the operator) is IDLE in backfill.
     assert pool.journal("int01")["state"] == "lent"
     assert pool.marks("int01") == (True, True)
-    slurm_node = pool.slurm_node("int01")
-    assert slurm_node is not None
-    assert "IDLE" in slurm_node["state"] and slurm_node["partitions"] == ["backfill"]
+    assert pool.idle_slurm_node("int01")["partitions"] == ["backfill"]
     assert pool.events("int01") == ["HandoverLending", "HandoverLent"]
     # A node running an application pod, the never-touch GPU nodes and svc01 (outside the
     # pool) are left alone.
@@ -437,8 +448,7 @@ def test_a_lend_stopped_after_any_step_is_finished_by_the_next_run(
     resume_run(pool)
     assert pool.journal("int01")["state"] == "lent"
     assert pool.marks("int01") == (True, True)
-    slurm_node = pool.slurm_node("int01")
-    assert slurm_node is not None and "IDLE" in slurm_node["state"]
+    pool.idle_slurm_node("int01")
     assert pool.events("int01") == ["HandoverLending", "HandoverLent"]
     assert pool.journal("int02")["state"] == "free"  # the budget went to finishing int01
 
