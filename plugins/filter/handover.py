@@ -12,6 +12,12 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_report import (
+    metrics_text,
+    run_summary,
+    summary_line,
+)
+
 COLUMNS = (
     ("NODE", "node"),
     ("K8S", "kubernetes"),
@@ -74,6 +80,56 @@ def handover_status_table(rows: t.Any) -> list[str]:
     ]
 
 
+def handover_run_summary(
+    handovers: t.Any,
+    *,
+    run_id: str,
+    started: float,
+    finished: float,
+    lease: t.Any = None,
+    pool: t.Any = None,
+    errors: t.Any = (),
+) -> dict[str, t.Any]:
+    """The summary of one run from the results its tasks registered."""
+    if not isinstance(handovers, list):
+        raise AnsibleFilterError("handover_run_summary: expected a list of node_handover results")
+    if isinstance(errors, str):
+        errors = [errors]
+    try:
+        return run_summary(
+            run_id=run_id,
+            started=float(started),
+            finished=float(finished),
+            handovers=[h if isinstance(h, dict) else None for h in handovers],
+            lease=lease if isinstance(lease, dict) else None,
+            pool=pool if isinstance(pool, list) else None,
+            errors=errors,
+        )
+    except (TypeError, ValueError) as err:
+        raise AnsibleFilterError(f"handover_run_summary: {err}") from err
+
+
+def _summary(summary: t.Any, name: str) -> dict[str, t.Any]:
+    if not isinstance(summary, dict) or "pool" not in summary:
+        raise AnsibleFilterError(f"{name}: expected what handover_run_summary returns")
+    return summary
+
+
+def handover_metrics(summary: t.Any, cluster: str = "") -> str:
+    """A run summary in the Prometheus text format."""
+    return metrics_text(_summary(summary, "handover_metrics"), cluster)
+
+
+def handover_summary_line(summary: t.Any) -> str:
+    """A run summary as one line."""
+    return summary_line(_summary(summary, "handover_summary_line"))
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"handover_status_table": handover_status_table}
+        return {
+            "handover_status_table": handover_status_table,
+            "handover_run_summary": handover_run_summary,
+            "handover_metrics": handover_metrics,
+            "handover_summary_line": handover_summary_line,
+        }

@@ -85,6 +85,7 @@ class Settings:
     pod_timeout_s: float = 30.0
     poll_s: float = 0.5
     event_namespace: str = "default"
+    nodeset_namespace: str | None = None  # where the NodeSets are; None: every namespace
     check_mode: bool = False
     fault: str = ""
 
@@ -174,7 +175,9 @@ class Kube:
     def event(self, body: JSON) -> None:
         write_object(self.client, body, create=True)
 
-    def nudge_nodesets(self, label: str, value: str, annotation: str, op: str) -> list[str]:
+    def nudge_nodesets(
+        self, label: str, value: str, annotation: str, op: str, namespace: str | None = None
+    ) -> list[str]:
         """Touch the NodeSets that select the lend label, so the operator reconciles now.
 
         Slinky 1.1's Node watch only wakes NodeSets that already have a pod on the Node; a
@@ -182,7 +185,7 @@ class Kube:
         in the lab).  An annotation change on the NodeSet wakes its reconcile at once.
         """
         touched = []
-        for nodeset in list_objects(self.client, NODESET_API, "NodeSet"):
+        for nodeset in list_objects(self.client, NODESET_API, "NodeSet", namespace):
             selector = nodeset.get("spec", {}).get("template", {}).get("spec", {})
             if (selector.get("nodeSelector") or {}).get(label) != value:
                 continue
@@ -344,6 +347,7 @@ class Handover:
                     self.marks.lend_label_value,
                     self.marks.nudge_annotation,
                     outcome.op,
+                    self.settings.nodeset_namespace,
                 )
             except KubernetesError as err:  # only slower: the operator gets there on its own
                 outcome.warnings.append(f"could not wake the NodeSets: {err}")

@@ -111,6 +111,13 @@ options:
     description: Namespace of the Events written on the Nodes.
     type: str
     default: default
+  nodeset_namespace:
+    description:
+      - Namespace of the Slinky NodeSets that run slurmd on lent nodes. A lend touches those
+        that select the lend label, so that the operator starts slurmd at once.
+      - By default NodeSets are looked for in every namespace; naming it lets the run's
+        ServiceAccount list and patch NodeSets in that namespace only.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -293,6 +300,7 @@ def main() -> None:
         poll_interval_s={"type": "float", "default": 0.5},
         max_parallel={"type": "int", "default": 8},
         event_namespace={"type": "str", "default": "default"},
+        nodeset_namespace={"type": "str"},
     )
     module = AnsibleModule(
         argument_spec=argument_spec,
@@ -343,6 +351,7 @@ def main() -> None:
         pod_timeout_s=params["pod_timeout_s"],
         poll_s=params["poll_interval_s"],
         event_namespace=params["event_namespace"],
+        nodeset_namespace=params["nodeset_namespace"],
         check_mode=module.check_mode,
         fault=os.environ.get(FAULT_ENV, ""),
     )

@@ -168,15 +168,19 @@ def run_playbook(
     check: bool = False,
     diff: bool = False,
     timeout: float = 900,
+    env: dict[str, str] | None = None,
 ) -> PlaybookRun:
-    """ansible-playbook as a user runs it, with extra variables from a file."""
+    """ansible-playbook as a user runs it, with extra variables from a file (and extra
+    environment variables, when given)."""
     with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
         args = ["-i", str(inventory), str(playbook)]
         if extra_vars:
             vars_file = Path(tmp) / "extra-vars.yml"
             vars_file.write_text(yaml.safe_dump(extra_vars))
             args += ["-e", f"@{vars_file}"]
-        return ansible_playbook(args, check=check, diff=diff, env=ansible_env(), timeout=timeout)
+        return ansible_playbook(
+            args, check=check, diff=diff, env=ansible_env(**(env or {})), timeout=timeout
+        )
 
 
 def ansible_playbook(

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+# Shared fixture modules that test modules also import from: rewrite their asserts too.
+pytest.register_assert_rewrite("handover_pool")
 
 from slurm_lab import RELEASES, TEST_RELEASES, LabError, SlurmLab
 

@@ -1,0 +1,184 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What one handover run did, as a summary and as Prometheus metrics (pure: no I/O).
+
+A scheduled run ends by recording its summary where operators look: a status ConfigMap
+and an Event in the cluster, and the metrics below for a node_exporter textfile collector
+or a Pushgateway. Every metric is a gauge about the newest run or the pool after it, so
+a scrape at any time reads the current truth and a missed run shows as an old timestamp.
+"""
+
+from __future__ import annotations
+
+import math
+import typing as t
+from collections.abc import Iterable, Mapping
+
+JOURNAL_STATES = ("free", "lending", "lent", "reclaiming")
+RESULTS = ("lent", "returned", "blocked", "rolled_back", "failed", "refused", "skipped")
+PREFIX = "hpcops_slinky_handover_"
+
+
+def run_summary(
+    *,
+    run_id: str,
+    started: float,
+    finished: float,
+    handovers: Iterable[Mapping[str, t.Any] | None],
+    lease: Mapping[str, t.Any] | None,
+    pool: Iterable[Mapping[str, t.Any]] | None,
+    errors: Iterable[str] = (),
+) -> dict[str, t.Any]:
+    """The summary of one run from what its tasks returned.
+
+    handovers are the results of node_handover (resume, reclaim, lend; None or {} when a
+    task did not run); lease is the lease module's result (None for a run without one);
+    pool is handover_plan's `status` rows read after the run.
+    """
+    nodes: dict[str, list[str]] = {result: [] for result in RESULTS}
+    messages: dict[str, str] = {}
+    reclaim_seconds: dict[str, float] = {}
+    for result in handovers:
+        for entry in (result or {}).get("nodes") or []:
+            node = str(entry.get("node", ""))
+            outcome = str(entry.get("result", ""))
+            steps = entry.get("steps") or []
+            # Count what this run did, not nodes that already were where they ended.
+            if outcome == "free" and "free" in steps:
+                outcome = "returned"
+            elif outcome == "lent" and "registered" not in steps:
+                continue
+            if outcome not in nodes:
+                continue
+            nodes[outcome].append(node)
+            if entry.get("message") and outcome in ("blocked", "failed", "refused"):
+                messages[node] = str(entry["message"])
+            if outcome == "returned" and entry.get("seconds") is not None:
+                reclaim_seconds[node] = float(entry["seconds"])
+    errors = [str(error) for error in errors if error]
+    errors += [f"{node}: {messages[node]}" for node in nodes["failed"] + nodes["refused"]]
+    acted = lease is None or bool(lease.get("acquired"))
+    states = {state: 0 for state in JOURNAL_STATES}
+    pool_rows = list(pool or [])
+    for row in pool_rows:
+        state = str(row.get("journal") or "free")
+        states[state] = states.get(state, 0) + 1
+    return {
+        "run": run_id,
+        "started": round(started, 3),
+        "finished": round(finished, 3),
+        "duration_s": round(max(finished - started, 0.0), 3),
+        "acted": acted,
+        "lease_holder": "" if acted else str((lease or {}).get("holder", "")),
+        "success": not errors,
+        "errors": errors,
+        **{result: sorted(found) for result, found in nodes.items()},
+        "blocked_reasons": {node: messages[node] for node in nodes["blocked"] if node in messages},
+        "reclaim_seconds": dict(sorted(reclaim_seconds.items())),
+        "pool_nodes": len(pool_rows),
+        "pool": states,
+    }
+
+
+def summary_line(summary: Mapping[str, t.Any]) -> str:
+    """One line for an Event message or a log."""
+    if not summary["acted"]:
+        return f"changed nothing: {summary['lease_holder'] or 'another run'} holds the Lease"
+    parts = [
+        f"{len(summary[result])} {result.replace('_', ' ')}"
+        for result in ("lent", "returned", "blocked", "rolled_back", "failed", "refused")
+        if summary[result]
+    ]
+    if summary["reclaim_seconds"]:
+        parts.append(f"slowest reclaim {max(summary['reclaim_seconds'].values()):.1f} s")
+    pool = ", ".join(f"{count} {state}" for state, count in summary["pool"].items() if count)
+    text = "; ".join(parts) if parts else "no change"
+    text += f" in {summary['duration_s']:.1f} s (pool: {pool or 'empty'})"
+    if summary["errors"]:
+        text += f"; errors: {'; '.join(summary['errors'])}"
+    return text
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN"
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def metrics_text(summary: Mapping[str, t.Any], cluster: str = "") -> str:
+    """The summary in the Prometheus text exposition format (version 0.0.4).
+
+    cluster, when given, labels every sample so that one Prometheus can tell several
+    sites apart.
+    """
+    base = {"cluster": cluster} if cluster else {}
+    families: list[tuple[str, str, list[tuple[dict[str, str], float]]]] = [
+        (
+            "last_run_timestamp_seconds",
+            "When the newest handover run ended (Unix time).",
+            [({}, summary["finished"])],
+        ),
+        (
+            "last_run_duration_seconds",
+            "How long the newest handover run took.",
+            [({}, summary["duration_s"])],
+        ),
+        (
+            "last_run_success",
+            "1 when the newest run ended without errors.",
+            [({}, bool(summary["success"]))],
+        ),
+        (
+            "last_run_acted",
+            "1 when the newest run held the handover Lease (0: another run had it).",
+            [({}, bool(summary["acted"]))],
+        ),
+        (
+            "last_run_errors",
+            "Errors of the newest run.",
+            [({}, len(summary["errors"]))],
+        ),
+        (
+            "last_run_nodes",
+            "Nodes of the newest run by result.",
+            [({"result": result}, len(summary[result])) for result in RESULTS],
+        ),
+        (
+            "reclaim_seconds",
+            "Seconds each node reclaimed by the newest run took, from start to free.",
+            [({"node": node}, seconds) for node, seconds in summary["reclaim_seconds"].items()],
+        ),
+        (
+            "last_run_reclaim_max_seconds",
+            "The slowest reclaim of the newest run (0 when it reclaimed nothing).",
+            [({}, max(summary["reclaim_seconds"].values(), default=0.0))],
+        ),
+        (
+            "pool_nodes",
+            "Pool nodes by journal state after the newest run (lent: Slurm's).",
+            [({"state": state}, count) for state, count in summary["pool"].items()],
+        ),
+        (
+            "blocked_nodes",
+            "Nodes the newest run left reclaiming because jobs of a wait partition run.",
+            [({}, len(summary["blocked"]))],
+        ),
+    ]
+    lines: list[str] = []
+    for name, help_text, samples in families:
+        full = PREFIX + name
+        lines.append(f"# HELP {full} {help_text}")
+        lines.append(f"# TYPE {full} gauge")
+        for labels, value in samples:
+            merged = {**base, **labels}
+            label_text = ",".join(f'{key}="{_escape(str(val))}"' for key, val in merged.items())
+            selector = f"{{{label_text}}}" if label_text else ""
+            lines.append(f"{full}{selector} {_number(value)}")
+    return "\n".join(lines) + "\n"

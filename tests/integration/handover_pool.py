@@ -1,0 +1,259 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab's interactive pool as the handover tests see it, and its fixtures.
+
+The pool is int01, int02 (lendable) and gpu01, gpu02 (never-touch in the lab: their kwok
+nodes have no GPUs for slurmd's GRES); svc01 runs the services and is outside the pool.
+``clean_pool`` starts and ends each test with the pool free and clean.  Test modules load
+the fixtures with ``pytest_plugins = ["k8s_fixtures", "handover_pool"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import typing as t
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ansible_runner import LAB_INVENTORY, REPO, run_playbook, run_task
+from k8s_lab import K8sLab
+from slurm_lab import wait_until
+from slurm_pods import REST_ADDRESS, SlinkyRest
+
+LENDABLE = ("int01", "int02")
+APPS = "jupyterhub"
+MERGE = "application/merge-patch+json"
+JOURNAL = "hpcops.io/handover"
+LEND_LABEL = "hpcops.io/slurm-lent"
+TAINT = "hpcops.io/lent"
+DEADLINE_S = 90.0
+FAULT_EXIT = 75  # node_handover's exit when a test stops it after a step
+PLAYBOOKS = REPO / "playbooks"
+# Lab policy: nothing waits for idle time or cool-down, and no headroom unless a test says.
+POLICY = {
+    "never_touch_selector": {"nvidia.com/gpu.present": "true"},
+    "lend_min_idle_s": 0,
+    "relend_cooldown_s": 0,
+    "headroom": 0,
+    "partitions": {"backfill": {"grace_s": 60, "escalation": "requeue"}},
+}
+
+
+class Pool:
+    """The lab's pool as the tests see it: Nodes, pods, Slurm, and the playbooks."""
+
+    def __init__(self, lab: K8sLab, slurm: SlinkyRest, key_path: Path) -> None:
+        self.lab = lab
+        self.slurm = slurm
+        self.key_path = key_path
+
+    # -- playbooks and the module ----------------------------------------------------
+
+    def playbook(self, name: str, *, check: bool = False, **extra: t.Any) -> t.Any:
+        extra.setdefault("handover_policy", POLICY)
+        run = run_playbook(PLAYBOOKS / f"{name}.yml", LAB_INVENTORY, extra_vars=extra, check=check)
+        assert self.slurm.token() not in run.output
+        return run
+
+    def handover(self, action: str, nodes: list[str], fault: str = "", **args: t.Any) -> t.Any:
+        """node_handover on its own (with a fault injected after a step, if asked)."""
+        return run_task(
+            "hpcops.slinky.node_handover",
+            {
+                "action": action,
+                "nodes": nodes,
+                "url": f"http://{REST_ADDRESS}",
+                "jwt_key_path": str(self.key_path),
+                "kubeconfig": str(self.lab.kubeconfig_path),
+                "policy": {"pool_selector": {"hpcops.io/pool": "interactive"}, **POLICY},
+                **args,
+            },
+            env={"HPCOPS_HANDOVER_FAULT": fault} if fault else None,
+        )
+
+    # -- Kubernetes ------------------------------------------------------------------
+
+    def node(self, name: str) -> dict[str, t.Any]:
+        return self.lab.get(f"/api/v1/nodes/{name}")
+
+    def journal(self, name: str) -> dict[str, t.Any]:
+        text = (self.node(name)["metadata"].get("annotations") or {}).get(JOURNAL)
+        return json.loads(text) if text else {"state": "free"}
+
+    def marks(self, name: str) -> tuple[bool, bool]:
+        """(lend label, lent taint) on the Node."""
+        node = self.node(name)
+        label = (node["metadata"].get("labels") or {}).get(LEND_LABEL) == "true"
+        taint = any(t_["key"] == TAINT for t_ in node["spec"].get("taints") or [])
+        return label, taint
+
+    def events(self, name: str) -> list[str]:
+        items = self.lab.get(
+            "/api/v1/namespaces/default/events"
+            f"?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3D{name}"
+        )["items"]
+        return [
+            e["reason"]
+            for e in sorted(items, key=lambda e: e["metadata"]["creationTimestamp"])
+            if e["reason"].startswith("Handover")
+        ]
+
+    def slurmd_pods(self, name: str) -> list[str]:
+        pods = self.lab.get(f"/api/v1/namespaces/slurm/pods?fieldSelector=spec.nodeName%3D{name}")
+        return [p["metadata"]["name"] for p in pods["items"]]
+
+    def app_pod(
+        self, name: str, node_selector: dict[str, str], *, cpu: str = "16", node: str = ""
+    ) -> None:
+        spec: dict[str, t.Any] = {
+            "nodeSelector": node_selector,
+            # CPU notebooks: never on the GPU nodes.
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": "quay.io/jupyter/base-notebook:latest",
+                    "resources": {"requests": {"cpu": cpu, "memory": "8Gi"}},
+                }
+            ],
+        }
+        if node:
+            spec["nodeName"] = node  # bound as the scheduler would bind it
+        self.lab.apply(
+            f"/api/v1/namespaces/{APPS}/pods",
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
+        )
+
+    def pod(self, name: str) -> dict[str, t.Any]:
+        return self.lab.get(f"/api/v1/namespaces/{APPS}/pods/{name}")
+
+    def running_on(self, name: str) -> str:
+        pod = self.pod(name)
+        return pod["spec"].get("nodeName", "") if pod["status"].get("phase") == "Running" else ""
+
+    # -- Slurm -----------------------------------------------------------------------
+
+    def slurm_node(self, name: str) -> dict[str, t.Any] | None:
+        nodes = {n["name"]: n for n in self.slurm.get("nodes")["nodes"]}
+        return nodes.get(name)
+
+    def idle_slurm_node(self, name: str) -> dict[str, t.Any]:
+        """The lent node's Slurm node once it is IDLE. Under load the operator can replace
+        a slurmd pod it saw as not yet registered, so a node that registered may be absent
+        for the seconds its new slurmd takes to register again."""
+        found: dict[str, t.Any] = {}
+
+        def idle() -> bool:
+            found.update(self.slurm_node(name) or {"state": []})
+            return "IDLE" in found["state"]
+
+        wait_until(idle, 60, f"Slurm node {name} to be IDLE")
+        return found
+
+    def submit(self, node: str, seconds: int, *, requeue: bool = True, pinned: bool = True) -> int:
+        """A backfill job that runs on `node` (named in the job when pinned; otherwise the
+        only lent node must be `node`)."""
+        status, body = self.slurm.request(
+            "POST",
+            f"/slurm/{self.slurm.api}/job/submit",
+            {
+                "job": {
+                    "name": f"backfill-{seconds}s",
+                    "partition": "backfill",
+                    **({"required_nodes": [node]} if pinned else {}),
+                    "requeue": requeue,
+                    "current_working_directory": "/tmp",
+                    "environment": ["PATH=/usr/bin:/bin"],
+                    "script": f"#!/bin/sh\nsleep {seconds}\n",
+                }
+            },
+            user="alice",
+        )
+        assert status == 200 and not body.get("errors"), body
+        job_id = int(body["job_id"])
+        wait_until(lambda: "RUNNING" in self.job(job_id)["job_state"], 30, f"job {job_id} runs")
+        assert self.job(job_id)["nodes"] == node
+        return job_id
+
+    def job(self, job_id: int) -> dict[str, t.Any]:
+        job: dict[str, t.Any] = self.slurm.get(f"job/{job_id}")["jobs"][0]
+        return job
+
+    # -- a clean pool ----------------------------------------------------------------
+
+    def assert_clean(self, name: str) -> None:
+        """Nothing of a handover left on the node: journal free, no mark, no slurmd, no
+        Slurm node (DOWN or otherwise)."""
+        assert self.journal(name)["state"] == "free", self.journal(name)
+        assert self.marks(name) == (False, False)
+        assert self.slurmd_pods(name) == []
+        assert self.slurm_node(name) is None
+
+    def reset(self) -> None:
+        for job in self.slurm.get("jobs")["jobs"]:
+            if job["partition"] == "backfill" and not {"COMPLETED", "CANCELLED"} & set(
+                job["job_state"]
+            ):
+                self.slurm.request("DELETE", f"/slurm/{self.slurm.api}/job/{job['job_id']}")
+        for pod in self.lab.get(f"/api/v1/namespaces/{APPS}/pods")["items"]:
+            self.lab.request(
+                "DELETE",
+                f"/api/v1/namespaces/{APPS}/pods/{pod['metadata']['name']}?gracePeriodSeconds=0",
+            )
+        wait_until(
+            lambda: not self.lab.get(f"/api/v1/namespaces/{APPS}/pods")["items"],
+            30,
+            "the application pods to go",
+        )
+        # Finish what a test left (a blocked or crashed run), then give every node back.
+        run = self.handover("resume", list(LENDABLE))
+        assert not run.failed, run
+        run = self.handover("reclaim", list(LENDABLE))
+        assert not run.failed, run
+        # The Events of earlier tests would muddle what the next test reads.
+        status, body = self.lab.request(
+            "DELETE",
+            "/api/v1/namespaces/default/events?fieldSelector=reportingComponent%3Dhpcops.io%2Fhandover",
+        )
+        assert status == 200, body
+        for name in LENDABLE:
+            self.lab.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                {"metadata": {"annotations": {JOURNAL: None}}},
+                content_type=MERGE,
+            )
+            self.assert_clean(name)
+
+
+@pytest.fixture(scope="module")
+def pool(slinky_site: K8sLab, slinky_slurm: SlinkyRest, tmp_path_factory: t.Any) -> Iterator[Pool]:
+    key = tmp_path_factory.mktemp("handover") / "jwt.key"
+    key.write_bytes(slinky_slurm.jwt_key)
+    key.chmod(0o600)
+    slinky_site.apply(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS}},
+    )
+    yield Pool(slinky_site, slinky_slurm, key)
+
+
+@pytest.fixture
+def clean_pool(pool: Pool) -> Iterator[Pool]:
+    pool.reset()
+    yield pool
+    pool.reset()
