@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
-# Shared fixture modules that test modules also import from: rewrite their asserts too.
-pytest.register_assert_rewrite("handover_pool")
-
 from slurm_lab import RELEASES, TEST_RELEASES, LabError, SlurmLab
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
     SUPPORTED_API_VERSIONS,
 )
+
+# Shared fixture modules that test modules also import from: rewrite their asserts too.
+pytest.register_assert_rewrite("handover_pool")
 
 
 def selected_releases() -> list[str]:

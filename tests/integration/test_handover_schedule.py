@@ -20,17 +20,21 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+import shutil
 import subprocess
+import sysconfig
+import tempfile
 import time
 import typing as t
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import k8s_binaries
 import pytest
 import testinfra
 import yaml
-from ansible_runner import BIN, COLLECTIONS, run_playbook
+from ansible_runner import COLLECTIONS, run_playbook
 from grafana_schema import dashboard_errors
 from handover_pool import APPS, PLAYBOOKS, POLICY, Pool
 from k8s_lab import K8sLab
@@ -64,9 +68,12 @@ SCHEDULE = {
 
 
 def gauges(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """(name, labels) -> value, parsed by Prometheus' own client parser."""
+    """(name, labels) -> value of the handover's metrics, parsed by Prometheus' own client
+    parser (which fails on anything the text format does not allow)."""
     found = {}
     for family in text_string_to_metric_families(text):
+        if not family.name.startswith("hpcops_slinky_handover_"):
+            continue  # a Pushgateway's own metrics
         assert family.type == "gauge", family.name
         for sample in family.samples:
             found[(sample.name, frozenset(sample.labels.items()))] = sample.value
@@ -109,6 +116,33 @@ def account_kubeconfig(lab: K8sLab, path: Path) -> Path:
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
+
+
+@pytest.fixture(scope="module")
+def pushgateway(tmp_path_factory: t.Any) -> Iterator[str]:
+    """A real Prometheus Pushgateway on 127.0.0.1, stopped by its pid."""
+    address = "127.0.0.1:16491"
+    log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [str(k8s_binaries.binary("pushgateway").path), f"--web.listen-address={address}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://{address}"
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:  # noqa: S310
+                return bool(answer.status == 200)
+        except OSError:
+            assert process.poll() is None, log.read_text()
+            return False
+
+    wait_until(ready, 30, f"the Pushgateway on {address}")
+    yield url
+    process.terminate()
+    process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +358,7 @@ def test_rbac_allows_what_the_protocol_calls_and_denies_the_rest(
 
 
 def test_a_run_as_the_service_account_lends_reclaims_and_reports(
-    scheduled: Pool, clean_pool: Pool, tmp_path: Path
+    scheduled: Pool, clean_pool: Pool, pushgateway: str, tmp_path: Path
 ) -> None:
     """What the CronJob's pod runs: rebalance.yml with the role's inventory and nothing but
     the ServiceAccount's RBAC and the Token's JWT."""
@@ -341,13 +375,22 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
         run = run_playbook(
             PLAYBOOKS / "rebalance.yml",
             inventory,
-            extra_vars={"handover_metrics_textfile_path": str(textfile)},
+            extra_vars={
+                "handover_metrics_textfile_path": str(textfile),
+                "handover_metrics_pushgateway_url": pushgateway,
+            },
             env={"KUBECONFIG": str(kubeconfig)},
         )
         assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
         found = gauges(textfile.read_text())
         status = lab.get(f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")["data"]
         assert gauges(status["metrics.prom"]) == found  # the same figures in the cluster
+        # ... and on the Pushgateway, grouped by job and cluster.
+        with urllib.request.urlopen(f"{pushgateway}/metrics", timeout=10) as answer:  # noqa: S310
+            pushed = gauges(answer.read().decode())
+        grouping = {("job", "hpcops_slinky_handover"), ("instance", "")}
+        assert {(name, labels - grouping) for (name, labels) in pushed} == set(found)
+        assert all(pushed[key] == found[(key[0], key[1] - grouping)] for key in pushed)
         return json.loads(status["summary.json"]), found
 
     summary, found = scheduled_run()
@@ -415,11 +458,22 @@ USER = "hpcops-slinky"
 
 
 @pytest.fixture(scope="module")
-def management_host(scheduled: Pool, tmp_path_factory: t.Any) -> Iterator[dict[str, Path]]:
-    """The role in systemd mode on this machine, its paths under a scratch directory (the
-    timer is not enabled: systemd is not PID 1 here)."""
-    root = tmp_path_factory.mktemp("management-host")
+def management_host(scheduled: Pool) -> Iterator[dict[str, Path]]:
+    """The role in systemd mode on this machine, its paths under a scratch directory that
+    the runs' user can reach (the timer is not enabled: systemd is not PID 1 here)."""
+    root = Path(tempfile.mkdtemp(prefix="hpcops-management-host-"))
     root.chmod(0o755)
+    # What `ansible-galaxy collection install -r requirements.yml -p` would leave there.
+    collections = root / "collections" / "ansible_collections"
+    for name, source in (
+        ("hpcops/slinky", COLLECTIONS / "ansible_collections/hpcops/slinky"),
+        (
+            "kubernetes/core",
+            Path(sysconfig.get_paths()["purelib"], "ansible_collections/kubernetes/core"),
+        ),
+    ):
+        (collections / name).parent.mkdir(parents=True, exist_ok=True)
+        (collections / name).symlink_to(source.resolve())
     paths = {
         "units": root / "systemd",
         "config": root / "etc",
@@ -433,8 +487,11 @@ def management_host(scheduled: Pool, tmp_path_factory: t.Any) -> Iterator[dict[s
         "handover_schedule_config_dir": str(paths["config"]),
         "handover_schedule_textfile_dir": str(paths["textfile"]),
         "handover_schedule_kubeconfig": str(paths["kubeconfig"]),
-        "handover_schedule_venv": str(BIN.parent),
-        "handover_schedule_collections_path": str(COLLECTIONS),
+        # Debian's Python, which every user can run (the tests' own lives under /root); the
+        # virtualenv is kept between runs, as on a real host.
+        "handover_schedule_venv": str(k8s_binaries.CACHE_DIR / "management-host-venv"),
+        "handover_schedule_python": "/usr/bin/python3",
+        "handover_schedule_collections_path": str(collections.parent),
         "handover_schedule_lock_path": str(root / "lock" / "handover.lock"),
         "handover_schedule_systemd_enable": False,
         "ansible_become": False,  # the tests run as root; there is no sudo here
@@ -452,6 +509,7 @@ def management_host(scheduled: Pool, tmp_path_factory: t.Any) -> Iterator[dict[s
     assert not run.failed, run.failures()
     assert not (paths["units"] / f"{NAME}.service").exists()
     subprocess.run(["userdel", USER], check=False)
+    shutil.rmtree(root)
 
 
 def test_the_units_pass_systemd_analyze_verify(management_host: dict[str, Path]) -> None:
@@ -483,13 +541,17 @@ def test_testinfra_files_owners_and_modes(management_host: dict[str, Path]) -> N
 
 
 def service_command(unit: Path) -> tuple[list[str], dict[str, str]]:
-    """ExecStart and Environment of the service, with the specifiers a manager would fill."""
-    state = unit.parent.parent / "state"
-    state.mkdir(exist_ok=True, mode=0o777)
-    filled = unit.read_text().replace("%S", str(state)).replace("%T", "/tmp")
+    """ExecStart and Environment of the service, with the specifiers a manager would fill:
+    %S its state directory, %T a private /tmp (PrivateTmp=yes)."""
+    scratch = unit.parent.parent
+    for name in ("state", "private-tmp"):
+        (scratch / name).mkdir(exist_ok=True)
+        (scratch / name).chmod(0o1777)
+    text = unit.read_text().replace("%S", str(scratch / "state"))
+    text = text.replace("%T", str(scratch / "private-tmp"))
     env = {"PATH": "/usr/bin:/bin"}
     argv: list[str] = []
-    for line in filled.splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition("=")
         if key == "Environment":
             name, _, val = value.partition("=")
@@ -523,7 +585,7 @@ def test_two_runs_started_together_do_not_overlap(
                 ended[i] = time.monotonic() - started
         time.sleep(0.1)
     outputs = [log.read_text() for log in logs]
-    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert [run.returncode for run in runs] == [0, 0], "\n".join(outputs)
     ran = [i for i, out in enumerate(outputs) if "PLAY RECAP" in out]
     assert len(ran) == 1, outputs  # one ran the playbook, the other found the lock and left
     skipped = 1 - ran[0]

@@ -14,7 +14,7 @@ replaces anything in the cache.
 * ``etcd``: the static binary of Debian forky's ``etcd-server`` package, downloaded with
   apt from a separate sources list and unpacked with ``dpkg -x`` (seconds, where a Go
   build takes minutes).
-* ``kwok``, ``helm``: ``go install <package>@<version>``.
+* ``kwok``, ``helm``, ``pushgateway``: ``go install <package>@<version>``.
 * ``slurm-operator``: ``cmd/manager`` of ``github.com/SlinkyProject/slurm-operator``,
   built in its own module (it has no replace lines) from the Go module proxy; its Helm
   charts and CRDs come from the same module download.
@@ -70,6 +70,8 @@ KUBERNETES_BUILD_TAGS = "selinux,notest,grpcnotrace"
 # v0.8 and later need an explicit stages configuration; v0.7 makes pods Running by default.
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v3.19.5"
+# Where scheduled handover runs push their metrics (a CronJob has no node_exporter).
+PUSHGATEWAY_VERSION = "v1.11.1"
 ETCD_SERIES = "3.5"
 ETCD_PACKAGE = "etcd-server"
 ETCD_SUITE = "forky"
@@ -522,6 +524,19 @@ def build_helm(binary: Binary, out: Path) -> None:
     go_install(binary, out, "helm.sh/helm/v3/cmd/helm", " ".join(flags))
 
 
+def build_pushgateway(binary: Binary, out: Path) -> None:
+    """`go build` in the downloaded module: the proxy refuses the module's version list,
+    which `go install pkg@version` reads (for deprecations) and `go build` does not."""
+    source = Path(go_mod_download(f"github.com/prometheus/pushgateway@{binary.version}")["Dir"])
+    # Prometheus' release builds stamp the version into prometheus/common; so does this one.
+    stamp = f"-s -w -X github.com/prometheus/common/version.Version={binary.version.lstrip('v')}"
+    run_logged(
+        ["go", "build", "-mod=mod", "-trimpath", "-ldflags", stamp, "-o", str(out), "."],
+        binary.build_log,
+        cwd=source,
+    )
+
+
 # --------------------------------------------------------------------------------------
 # etcd from Debian
 # --------------------------------------------------------------------------------------
@@ -590,6 +605,14 @@ BINARIES: dict[str, Binary] = {
         ),
         Binary("kwok", KWOK_VERSION, build_kwok, ("--version",), KWOK_VERSION.lstrip("v"), 4),
         Binary("helm", HELM_VERSION, build_helm, ("version", "--short"), HELM_VERSION, 2.5),
+        Binary(
+            "pushgateway",
+            PUSHGATEWAY_VERSION,
+            build_pushgateway,
+            ("--version",),
+            f"version {PUSHGATEWAY_VERSION.lstrip('v')}",
+            1,
+        ),
         # The operator has no --version flag; -help lists its flags and exits 0.
         Binary(
             "slurm-operator",
