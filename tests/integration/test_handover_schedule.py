@@ -125,7 +125,10 @@ def pushgateway(tmp_path_factory: t.Any) -> Iterator[str]:
     log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(k8s_binaries.binary("pushgateway").path), f"--web.listen-address={address}"],
+            [
+                str(k8s_binaries.ensure(["pushgateway"])["pushgateway"]),
+                f"--web.listen-address={address}",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -160,6 +163,30 @@ def scheduled(pool: Pool, tmp_path_factory: t.Any) -> Iterator[Pool]:
         f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens/{NAME}",
     ):
         assert pool.lab.request("GET", path)[0] == 404, path
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("handover_schedule_image", "", "handover_schedule_image: is empty; build the execution"),
+        (
+            "handover_schedule_every_min",
+            0,
+            "handover_schedule_every_min whole minutes from 1 to 59",
+        ),
+        ("handover_schedule_kind", "cron", "handover_schedule_kind"),
+        ("handover_lease_namespace", "kube-system", "handover_lease_namespace (kube-system) and"),
+    ],
+)
+def test_bad_settings_name_the_setting_and_make_nothing(
+    pool: Pool, setting: str, value: t.Any, named: str
+) -> None:
+    run = pool.playbook("schedule", **{**SCHEDULE, setting: value, "handover_schedule_name": "bad"})
+    assert run.failed
+    assert any(named in message for message in run.failures()), run.failures()
+    assert "Traceback" not in run.output
+    assert pool.lab.request("GET", f"/apis/batch/v1/namespaces/{NS}/cronjobs/bad")[0] == 404
+    assert pool.lab.request("GET", f"/api/v1/namespaces/{NS}/serviceaccounts/bad")[0] == 404
 
 
 def test_the_role_makes_the_cronjob_its_account_rbac_token_and_dashboard(scheduled: Pool) -> None:
@@ -327,7 +354,7 @@ ACCESS = [
 def test_rbac_allows_what_the_protocol_calls_and_denies_the_rest(
     scheduled: Pool, verb: str, group: str, resource: str, namespace: str, name: str, allowed: bool
 ) -> None:
-    resource, _, subresource = resource.partition("/")
+    resource, _slash, subresource = resource.partition("/")
     attributes = {"verb": verb, "group": group, "resource": resource}
     attributes.update(
         {
@@ -552,9 +579,9 @@ def service_command(unit: Path) -> tuple[list[str], dict[str, str]]:
     env = {"PATH": "/usr/bin:/bin"}
     argv: list[str] = []
     for line in text.splitlines():
-        key, _, value = line.partition("=")
+        key, _equals, value = line.partition("=")
         if key == "Environment":
-            name, _, val = value.partition("=")
+            name, _equals, val = value.partition("=")
             env[name] = val
         elif key == "ExecStart":
             argv = shlex.split(value)
