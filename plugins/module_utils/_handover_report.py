@@ -83,8 +83,10 @@ def run_summary(
 
 def summary_line(summary: Mapping[str, t.Any]) -> str:
     """One line for an Event message or a log."""
+    errors = f"; errors: {'; '.join(summary['errors'])}" if summary["errors"] else ""
     if not summary["acted"]:
-        return f"changed nothing: {summary['lease_holder'] or 'another run'} holds the Lease"
+        holder = summary["lease_holder"]
+        return ("changed nothing" + (f": {holder} holds the Lease" if holder else "")) + errors
     parts = [
         f"{len(summary[result])} {result.replace('_', ' ')}"
         for result in ("lent", "returned", "blocked", "rolled_back", "failed", "refused")
@@ -95,9 +97,7 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
     pool = ", ".join(f"{count} {state}" for state, count in summary["pool"].items() if count)
     text = "; ".join(parts) if parts else "no change"
     text += f" in {summary['duration_s']:.1f} s (pool: {pool or 'empty'})"
-    if summary["errors"]:
-        text += f"; errors: {'; '.join(summary['errors'])}"
-    return text
+    return text + errors
 
 
 def _escape(value: str) -> str:

@@ -421,6 +421,7 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
         return json.loads(status["summary.json"]), found
 
     summary, found = scheduled_run()
+    runs = [summary]
     assert summary["lent"] == ["int01", "int02"], summary
     assert summary["success"] and summary["acted"]
     assert gauge(found, "last_run_nodes", result="lent") == 2
@@ -434,6 +435,7 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
     # A notebook waits for a node: the next run takes one back for it.
     pool.app_pod("waiting", {"hpcops.io/pool": "interactive"}, cpu="1")
     summary, found = scheduled_run()
+    runs.append(summary)
     assert len(summary["returned"]) == 1, summary
     node = summary["returned"][0]
     seconds = gauge(found, "reclaim_seconds", node=node)
@@ -442,12 +444,13 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
     assert gauge(found, "pool_nodes", state="lent") == 1
     wait_until(lambda: pool.running_on("waiting") == node, 60, "the notebook to run")
 
-    # Each run left an Event on the status ConfigMap.
+    # Each run left an Event on the status ConfigMap (earlier tests' runs left theirs too).
     events = lab.get(
         f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3D{STATUS}"
     )["items"]
-    assert sorted(e["reason"] for e in events)[-2:] == ["HandoverRun", "HandoverRun"]
-    assert any("1 returned" in e["message"] for e in events)
+    ours = [e for e in events if e["reportingInstance"] in (run["run"] for run in runs)]
+    assert [e["reason"] for e in ours] == ["HandoverRun", "HandoverRun"], ours
+    assert "1 returned" in next(e for e in ours if e["reportingInstance"] == summary["run"])["message"]
 
 
 def test_the_dashboard_is_a_grafana_dashboard_by_grafanas_schema() -> None:

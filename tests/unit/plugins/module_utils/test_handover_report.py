@@ -113,6 +113,7 @@ def test_a_run_that_failed_before_the_lease_did_not_act() -> None:
     got = summary(handovers=[], lease={}, pool=None, errors=["Read the token Secret: 403"])
     assert not got["acted"] and not got["success"]
     assert got["pool_nodes"] == 0
+    assert summary_line(got) == "changed nothing; errors: Read the token Secret: 403"
 
 
 def test_the_line_says_what_changed() -> None:
