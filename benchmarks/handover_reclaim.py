@@ -60,6 +60,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover impor
     Handover,
     Kube,
     Settings,
+    SharedNodeReads,
+    slurm_for_workers,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (  # noqa: E402
     Connection,
@@ -286,6 +288,7 @@ class Bench:
                     self.notebook(f"nb-{count}-{trial}-{i}", {BENCH_LABEL: "true"}, on_lent)
                 wait_until(lambda: self.all_unschedulable(count), 60, "the notebooks to wait")
                 started = time.perf_counter()
+                reads_before = getattr(handover.slurm, "reads", 0)
                 outcomes = list(pool.map(lambda n: handover.run(n, "reclaim"), names))
                 bad = [(o.node, o.message) for o in outcomes if o.result != "free"]
                 if bad:
@@ -311,6 +314,12 @@ class Bench:
                                 ),
                             )
                         ),
+                        flush=True,
+                    )
+                if isinstance(handover.slurm, SharedNodeReads):
+                    print(
+                        f"    reads of all Slurm nodes shared by the workers: "
+                        f"{handover.slurm.reads - reads_before}",
                         flush=True,
                     )
                 results.append((elapsed, slowest))
@@ -360,15 +369,19 @@ def main() -> int:
     policy = Policy(
         pool_selector={BENCH_LABEL: "true"}, partitions={"backfill": PartitionPolicy(30, "requeue")}
     )
-    handover = Handover(kube, slurm, Settings(marks=Marks(), policy=policy, by="benchmark"))
+    settings = Settings(marks=Marks(), policy=policy, by="benchmark")
+
+    def handover(workers: int) -> Handover:  # as node_handover builds it for so many nodes
+        return Handover(kube, slurm_for_workers(slurm, workers, settings.poll_s), settings)
+
     try:
         print("baseline: PriorityClass preemption (the seeds' recipe)", flush=True)
         baseline = bench.baseline(args.trials)
         print("protocol: reclaim", flush=True)
-        one = bench.protocol(handover, 1, args.trials)
-        many = bench.protocol(handover, args.many, args.many_trials)
+        one = bench.protocol(handover(1), 1, args.trials)
+        many = bench.protocol(handover(args.many), args.many, args.many_trials)
     finally:
-        bench.down(handover)
+        bench.down(handover(1))
     print("planner: 10,000 nodes, 100,000 jobs", flush=True)
     plans = handover_plan_scale.measure("reclaim", 12000, args.trials, 10000, 100000)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 import typing as t
 import uuid
@@ -62,6 +63,7 @@ JSON = dict[str, t.Any]
 FAULT_ENV = "HPCOPS_HANDOVER_FAULT"
 FAULT_EXIT = 75
 CONFLICT_RETRIES = 5
+SHARED_READS_FROM = 4  # workers polling at once from which they share one read of all nodes
 NODESET_API = "slinky.slurm.net/v1beta1"
 LEND_STEPS = ("taint", "recheck", "label", "registered")
 RECLAIM_STEPS = (
@@ -200,6 +202,73 @@ class Kube:
             )
             touched.append(f"{meta['namespace']}/{meta['name']}")
         return touched
+
+
+class SharedNodeReads:
+    """The workers' Slurm node reads, served from one read of every node.
+
+    Each worker polls its node while it waits (drained? registered?); with 32 workers that
+    was 32 calls to slurmrestd per poll, each slower the more there were.  Here a worker
+    gets the node from the newest read of all nodes, if that read started after the worker's
+    own last write and no longer than max_age_s ago; else it makes a new read, which the
+    workers that ask meanwhile share.  Writes and job calls go straight through.
+    """
+
+    def __init__(
+        self, slurm: t.Any, max_age_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.slurm = slurm
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.reads = 0  # reads of all nodes made, for tests and the benchmark
+        self._lock = threading.Lock()
+        self._started = float("-inf")  # when the newest read was sent
+        self._nodes: dict[str, JSON] = {}
+        self._written = threading.local()  # this worker's last write
+
+    def node(self, name: str) -> JSON | None:
+        wanted = max(self.clock() - self.max_age_s, getattr(self._written, "at", float("-inf")))
+        with self._lock:  # one read at a time; who waited finds it fresh enough
+            if self._started < wanted:
+                started = self.clock()
+                self._nodes = {node["name"]: node for node in self.slurm.nodes()}
+                self._started = started
+                self.reads += 1
+            return self._nodes.get(name)
+
+    def _wrote(self) -> None:
+        # A read sent after this instant sees the write; one sent before may not.
+        self._written.at = self.clock()
+
+    def update_node(self, name: str, changes: JSON) -> None:
+        try:
+            self.slurm.update_node(name, changes)
+        finally:
+            self._wrote()
+
+    def delete_node(self, name: str) -> None:
+        try:
+            self.slurm.delete_node(name)
+        finally:
+            self._wrote()
+
+    def signal_job(self, job_id: int | str, signal: str = "SIGKILL") -> None:
+        try:
+            self.slurm.signal_job(job_id, signal)
+        finally:
+            self._wrote()
+
+    def jobs(self) -> list[JSON]:
+        return list(self.slurm.jobs())
+
+
+def slurm_for_workers(
+    slurm: t.Any, workers: int, poll_s: float, shared_from: int = SHARED_READS_FROM
+) -> t.Any:
+    """The Slurm client for this many workers: shared reads from shared_from workers on
+    (0: never). Below it a node's own read is cheaper than a read of every node, which at a
+    site of thousands is megabytes."""
+    return SharedNodeReads(slurm, poll_s) if 0 < shared_from <= workers else slurm
 
 
 class Handover:

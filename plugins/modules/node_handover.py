@@ -107,6 +107,15 @@ options:
     description: Nodes handed over at once.
     type: int
     default: 8
+  shared_reads_from:
+    description:
+      - From this many nodes handed over at once, the workers share one read of all Slurm
+        nodes per O(poll_interval_s) instead of each reading its own node while it waits,
+        which keeps slurmrestd's load flat however many nodes move.
+      - Below it, each worker reads its own node (cheaper at a site of thousands of nodes).
+        V(0) never shares.
+    type: int
+    default: 4
   event_namespace:
     description: Namespace of the Events written on the Nodes.
     type: str
@@ -242,6 +251,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover impor
     Kube,
     Outcome,
     Settings,
+    slurm_for_workers,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
     SLURMRESTD_MUTUALLY_EXCLUSIVE,
@@ -278,6 +288,26 @@ def marks_from_params(params: dict[str, t.Any]) -> Marks:
     )
 
 
+def check_numbers(params: dict[str, t.Any]) -> None:
+    """Raise PolicyError for the first timing, count or idle mark that cannot be."""
+    for name in ("lend_timeout_s", "pod_timeout_s", "poll_interval_s", "max_parallel"):
+        if params[name] <= 0:
+            raise PolicyError(name, f"{params[name]} is not above 0", "give a positive number")
+    if params["shared_reads_from"] < 0:
+        raise PolicyError(
+            "shared_reads_from",
+            f"{params['shared_reads_from']} is below 0",
+            "give a number of nodes, or 0 to never share",
+        )
+    for name, mark in params["idle_marks"].items():
+        if mark is not None and not isinstance(mark, (int, float)):
+            raise PolicyError(
+                f"idle_marks.{name}",
+                f"{mark!r} is not a time",
+                "give seconds since the epoch, or null (pass handover_plan's idle_marks)",
+            )
+
+
 def main() -> None:
     argument_spec = slurmrestd_argument_spec()
     argument_spec.update(handover_argument_spec())
@@ -299,6 +329,7 @@ def main() -> None:
         pod_timeout_s={"type": "float", "default": 30.0},
         poll_interval_s={"type": "float", "default": 0.5},
         max_parallel={"type": "int", "default": 8},
+        shared_reads_from={"type": "int", "default": 4},
         event_namespace={"type": "str", "default": "default"},
         nodeset_namespace={"type": "str"},
     )
@@ -319,16 +350,7 @@ def main() -> None:
         policy = policy_from_params(params["policy"])
         policy.check()
         marks = marks_from_params(params)
-        for name in ("lend_timeout_s", "pod_timeout_s", "poll_interval_s", "max_parallel"):
-            if params[name] <= 0:
-                raise PolicyError(name, f"{params[name]} is not above 0", "give a positive number")
-        for name, mark in params["idle_marks"].items():
-            if mark is not None and not isinstance(mark, (int, float)):
-                raise PolicyError(
-                    f"idle_marks.{name}",
-                    f"{mark!r} is not a time",
-                    "give seconds since the epoch, or null (pass handover_plan's idle_marks)",
-                )
+        check_numbers(params)
     except PolicyError as err:
         module.fail_json(msg=str(err), **result)
     marking = params["action"] == "mark_idle"
@@ -336,11 +358,9 @@ def main() -> None:
     nodes = list(params["idle_marks"] if marking else dict.fromkeys(params["nodes"]))
     if not nodes:
         module.exit_json(**result)
+    workers = min(params["max_parallel"], len(nodes))
     try:
-        kube = Kube(
-            kubernetes_client(params["kubeconfig"], params["context"]),
-            connections=min(params["max_parallel"], len(nodes)),
-        )
+        kube = Kube(kubernetes_client(params["kubeconfig"], params["context"]), connections=workers)
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
     settings = Settings(
@@ -355,7 +375,13 @@ def main() -> None:
         check_mode=module.check_mode,
         fault=os.environ.get(FAULT_ENV, ""),
     )
-    handover = Handover(kube, slurm_client(module), settings)
+    handover = Handover(
+        kube,
+        slurm_for_workers(
+            slurm_client(module), workers, params["poll_interval_s"], params["shared_reads_from"]
+        ),
+        settings,
+    )
 
     def one(name: str) -> Outcome:
         if marking:
@@ -363,7 +389,7 @@ def main() -> None:
             return handover.mark_idle(name, float(mark) if mark is not None else None)
         return handover.run(name, params["action"])
 
-    with ThreadPoolExecutor(max_workers=min(params["max_parallel"], len(nodes))) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         outcomes = list(pool.map(one, nodes))
 
     result["nodes"] = [outcome.as_dict() for outcome in outcomes]

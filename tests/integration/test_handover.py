@@ -265,6 +265,31 @@ def test_two_rebalance_runs_started_together_one_acts(clean_pool: Pool) -> None:
         assert pool.events(name) == ["HandoverLending", "HandoverLent"]
 
 
+def test_workers_sharing_their_slurm_reads_lend_and_reclaim_together(clean_pool: Pool) -> None:
+    """With shared reads (the default from 4 nodes at once; from 2 here, the pool's size)
+    each worker still sees its own drain, registration and deletion."""
+    pool = clean_pool
+    run = pool.handover("lend", list(LENDABLE), shared_reads_from=2)
+    assert not run.failed, run
+    assert results(run) == dict.fromkeys(LENDABLE, "lent")
+    for name in LENDABLE:
+        pool.idle_slurm_node(name)
+    job_id = pool.submit("int01", 4)
+    run = pool.handover("reclaim", list(LENDABLE), shared_reads_from=2)
+    assert not run.failed, run
+    assert results(run) == dict.fromkeys(LENDABLE, "free")
+    assert pool.job(job_id)["job_state"] == ["COMPLETED"]  # drained, waited for, not killed
+    for name in LENDABLE:
+        pool.assert_clean(name)
+
+
+def test_a_bad_module_argument_names_itself(pool: Pool) -> None:
+    run = pool.handover("reclaim", list(LENDABLE), shared_reads_from=-1)
+    assert run.failed
+    assert "shared_reads_from: -1 is below 0" in run["msg"], run
+    assert "give a number of nodes, or 0 to never share" in run["msg"]
+
+
 def test_check_mode_reports_the_steps_and_changes_nothing(clean_pool: Pool) -> None:
     run = clean_pool.playbook("lend", handover_nodes=["int01"], check=True)
     assert not run.failed, run.failures()

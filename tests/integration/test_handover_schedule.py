@@ -450,7 +450,8 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
     )["items"]
     ours = [e for e in events if e["reportingInstance"] in (run["run"] for run in runs)]
     assert [e["reason"] for e in ours] == ["HandoverRun", "HandoverRun"], ours
-    assert "1 returned" in next(e for e in ours if e["reportingInstance"] == summary["run"])["message"]
+    reclaim_event = next(e for e in ours if e["reportingInstance"] == summary["run"])
+    assert "1 returned" in reclaim_event["message"]
 
 
 def test_the_dashboard_is_a_grafana_dashboard_by_grafanas_schema() -> None:
