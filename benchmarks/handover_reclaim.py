@@ -288,7 +288,8 @@ class Bench:
                     self.notebook(f"nb-{count}-{trial}-{i}", {BENCH_LABEL: "true"}, on_lent)
                 wait_until(lambda: self.all_unschedulable(count), 60, "the notebooks to wait")
                 started = time.perf_counter()
-                reads_before = getattr(handover.slurm, "reads", 0)
+                shared = handover.slurm if isinstance(handover.slurm, SharedNodeReads) else None
+                reads_before = shared.reads if shared else 0
                 outcomes = list(pool.map(lambda n: handover.run(n, "reclaim"), names))
                 bad = [(o.node, o.message) for o in outcomes if o.result != "free"]
                 if bad:
@@ -316,10 +317,10 @@ class Bench:
                         ),
                         flush=True,
                     )
-                if isinstance(handover.slurm, SharedNodeReads):
+                if shared:
                     print(
                         f"    reads of all Slurm nodes shared by the workers: "
-                        f"{handover.slurm.reads - reads_before}",
+                        f"{shared.reads - reads_before}",
                         flush=True,
                     )
                 results.append((elapsed, slowest))

@@ -236,30 +236,25 @@ class SharedNodeReads:
                 self.reads += 1
             return self._nodes.get(name)
 
-    def _wrote(self) -> None:
-        # A read sent after this instant sees the write; one sent before may not.
-        self._written.at = self.clock()
+    def _write(self, call: Callable[..., t.Any], *args: t.Any) -> None:
+        try:
+            call(*args)
+        finally:
+            # A read sent after this instant sees the write; one sent before may not.
+            self._written.at = self.clock()
 
     def update_node(self, name: str, changes: JSON) -> None:
-        try:
-            self.slurm.update_node(name, changes)
-        finally:
-            self._wrote()
+        self._write(self.slurm.update_node, name, changes)
 
     def delete_node(self, name: str) -> None:
-        try:
-            self.slurm.delete_node(name)
-        finally:
-            self._wrote()
+        self._write(self.slurm.delete_node, name)
 
     def signal_job(self, job_id: int | str, signal: str = "SIGKILL") -> None:
-        try:
-            self.slurm.signal_job(job_id, signal)
-        finally:
-            self._wrote()
+        self._write(self.slurm.signal_job, job_id, signal)
 
     def jobs(self) -> list[JSON]:
-        return list(self.slurm.jobs())
+        jobs: list[JSON] = self.slurm.jobs()
+        return jobs
 
 
 def slurm_for_workers(
