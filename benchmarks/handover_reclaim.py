@@ -288,7 +288,8 @@ class Bench:
                     self.notebook(f"nb-{count}-{trial}-{i}", {BENCH_LABEL: "true"}, on_lent)
                 wait_until(lambda: self.all_unschedulable(count), 60, "the notebooks to wait")
                 started = time.perf_counter()
-                shared = handover.slurm if isinstance(handover.slurm, SharedNodeReads) else None
+                inner = handover.slurm.inner
+                shared = inner if isinstance(inner, SharedNodeReads) else None
                 reads_before = shared.reads if shared else 0
                 outcomes = list(pool.map(lambda n: handover.run(n, "reclaim"), names))
                 bad = [(o.node, o.message) for o in outcomes if o.result != "free"]

@@ -68,6 +68,31 @@ notes:
   - Tokens, minted or given, are never returned or logged.
 """
 
+    # Modules that also talk to Kubernetes (the handover's) can read the token from a Secret.
+    FROM_CLUSTER = r"""
+options:
+  token_secret:
+    description:
+      - A Secret that holds the slurmrestd token, such as the one a Slinky C(Token) keeps
+        fresh. It is read when the module starts and read again whenever slurmrestd rejects
+        the token in hand (it expired during a long run), so a run outlives its token.
+      - Mutually exclusive with O(token) and O(jwt_key_path).
+    type: dict
+    suboptions:
+      namespace:
+        description: The Secret's namespace.
+        type: str
+        required: true
+      name:
+        description: The Secret's name.
+        type: str
+        required: true
+      key:
+        description: The key that holds the token.
+        type: str
+        default: auth-token
+"""
+
     ACTIONGROUP = r"""
 attributes:
   action_group:

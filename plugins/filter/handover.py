@@ -12,11 +12,20 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_options import (
+    settings_problems,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import Policy
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol import (
+    Marks,
+    named_node_refusals,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover_report import (
     metrics_text,
     run_summary,
     summary_line,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import token_expiry
 
 COLUMNS = (
     ("NODE", "node"),
@@ -89,6 +98,9 @@ def handover_run_summary(
     lease: t.Any = None,
     pool: t.Any = None,
     errors: t.Any = (),
+    action: str = "",
+    requested: t.Any = (),
+    warnings: t.Any = (),
 ) -> dict[str, t.Any]:
     """The summary of one run from the results its tasks registered."""
     if not isinstance(handovers, list):
@@ -104,13 +116,16 @@ def handover_run_summary(
             lease=lease if isinstance(lease, dict) else None,
             pool=pool if isinstance(pool, list) else None,
             errors=errors,
+            action=str(action or ""),
+            requested=[str(node) for node in requested or ()],
+            warnings=[warnings] if isinstance(warnings, str) else list(warnings or ()),
         )
     except (TypeError, ValueError) as err:
         raise AnsibleFilterError(f"handover_run_summary: {err}") from err
 
 
 def _summary(summary: t.Any, name: str) -> dict[str, t.Any]:
-    if not isinstance(summary, dict) or "pool" not in summary:
+    if not isinstance(summary, dict) or "outcome" not in summary:
         raise AnsibleFilterError(f"{name}: expected what handover_run_summary returns")
     return summary
 
@@ -125,6 +140,42 @@ def handover_summary_line(summary: t.Any) -> str:
     return summary_line(_summary(summary, "handover_summary_line"))
 
 
+def handover_node_refusals(
+    lookups: t.Any, policy: t.Any, journal_annotation: str = "hpcops.io/handover"
+) -> list[str]:
+    """Why each named node cannot be lent or reclaimed, from a looped k8s_info's results."""
+    results = lookups.get("results") if isinstance(lookups, dict) else None
+    if not isinstance(results, list) or not isinstance(policy, dict):
+        raise AnsibleFilterError(
+            "handover_node_refusals: expected the registered result of kubernetes.core.k8s_info "
+            "looped over the node names, and the combined handover policy"
+        )
+    names = [str(result.get("item", "")) for result in results]
+    found = {
+        str(result.get("item", "")): (result.get("resources") or [None])[0] for result in results
+    }
+
+    def labels(key: str) -> dict[str, str]:
+        return {str(k): str(v) for k, v in (policy.get(key) or {}).items()}
+
+    selectors = Policy(
+        pool_selector=labels("pool_selector"), never_touch_selector=labels("never_touch_selector")
+    )
+    return named_node_refusals(
+        names, found, selectors, Marks(journal_annotation=journal_annotation)
+    )
+
+
+def jwt_expiry(token: t.Any) -> float | None:
+    """When a JWT expires (its exp claim), or None; the signature is not checked."""
+    return token_expiry(token) if isinstance(token, str) else None
+
+
+def handover_settings_problems(settings: t.Any) -> list[str]:
+    """Every problem of the handover role's settings, each naming the variable and the fix."""
+    return settings_problems(settings)
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
@@ -132,4 +183,7 @@ class FilterModule:
             "handover_run_summary": handover_run_summary,
             "handover_metrics": handover_metrics,
             "handover_summary_line": handover_summary_line,
+            "handover_node_refusals": handover_node_refusals,
+            "jwt_expiry": jwt_expiry,
+            "handover_settings_problems": handover_settings_problems,
         }

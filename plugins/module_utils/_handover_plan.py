@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import typing as t
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 STATES = ("free", "lending", "lent", "reclaiming")
@@ -127,6 +127,9 @@ class SlurmNodeView:
     name: str
     states: frozenset[str] = frozenset({"IDLE"})
     jobs: tuple[JobView, ...] = ()
+    # Slinky gives each slurmd its NodeSet's name as a feature: how a lent node is told
+    # from the nodes of other NodeSets once its Kubernetes Node is gone.
+    features: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -155,10 +158,19 @@ class Policy:
         return self.partitions.get(name, self.default_partition)
 
     def check(self) -> None:
-        """PolicyError on a setting that cannot work."""
+        """PolicyError on the first setting that cannot work."""
+        problems = self.problems()
+        if problems:
+            raise problems[0]
+
+    def problems(self) -> list[PolicyError]:
+        """Every setting that cannot work, in the order of the fields (none: the policy works)."""
+        found: list[PolicyError] = []
         if not self.pool_selector:
-            raise PolicyError(
-                "pool_selector", "is empty", "give the labels of the lendable pool's nodes"
+            found.append(
+                PolicyError(
+                    "pool_selector", "is empty", "give the labels of the lendable pool's nodes"
+                )
             )
         for name, value in (
             ("headroom", self.headroom),
@@ -166,22 +178,47 @@ class Policy:
             ("relend_cooldown_s", self.relend_cooldown_s),
         ):
             if value < 0:
-                raise PolicyError(name, f"{value} is negative", "give 0 or more")
+                found.append(PolicyError(name, f"{value} is negative", "give 0 or more"))
         if self.max_changes_per_run < 1:
-            raise PolicyError("max_changes_per_run", "is below 1", "give 1 or more")
+            found.append(
+                PolicyError(
+                    "max_changes_per_run",
+                    f"{self.max_changes_per_run} is below 1",
+                    "give 1 or more",
+                )
+            )
         if self.max_lent is not None and self.max_lent < 0:
-            raise PolicyError("max_lent", "is negative", "give a count, or none for no limit")
+            found.append(
+                PolicyError(
+                    "max_lent", f"{self.max_lent} is negative", "give a count, or none for no limit"
+                )
+            )
         if not 0 <= self.max_lent_fraction <= 1:
-            raise PolicyError("max_lent_fraction", "is not between 0 and 1", "for example 0.5")
+            found.append(
+                PolicyError(
+                    "max_lent_fraction",
+                    f"{self.max_lent_fraction:g} is not between 0 and 1",
+                    "for example 0.5",
+                )
+            )
         for name, part in {**self.partitions, "(default)": self.default_partition}.items():
             if part.escalation not in ESCALATIONS:
-                raise PolicyError(
-                    f"partitions.{name}.escalation",
-                    f"{part.escalation!r} is not a known policy",
-                    f"use one of {', '.join(ESCALATIONS)}",
+                found.append(
+                    PolicyError(
+                        f"partitions.{name}.escalation",
+                        f"{part.escalation!r} is not a known policy",
+                        f"use one of {', '.join(ESCALATIONS)}",
+                    )
                 )
             if part.grace_s < 0:
-                raise PolicyError(f"partitions.{name}.grace_s", "is negative", "give 0 or more")
+                found.append(
+                    PolicyError(
+                        f"partitions.{name}.grace_s",
+                        f"{part.grace_s} is negative",
+                        "give 0 or more",
+                    )
+                )
+        return found
 
 
 @dataclass(frozen=True)
@@ -565,6 +602,101 @@ def slurm_node_views(
             str(node["name"]),
             frozenset({str(node.get("state") or ""), *map(str, node.get("state_flags") or [])}),
             tuple(sorted(on_node.get(str(node["name"]), []), key=lambda j: j.job_id)),
+            frozenset(
+                map(str, [*(node.get("features") or []), *(node.get("active_features") or [])])
+            ),
         )
         for node in nodes
     }
+
+
+# ---- what needs a person, or a clean-up: orphans and intruders ----------------------------
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A Slurm node of a lendable NodeSet whose Kubernetes Node is gone."""
+
+    node: str
+    action: str  # drain, wait (jobs still run on the drained node) or remove
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "action": self.action, "reason": self.reason}
+
+
+def orphans(
+    nodes: Sequence[NodeView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    lendable_features: Iterable[str],
+) -> list[Orphan]:
+    """Slurm nodes of the lendable NodeSets (by their feature) with no Kubernetes Node.
+
+    A lent Node that was deleted (a machine retired, a cluster rebuilt) leaves its Slurm
+    node in the lendable partition, where jobs may still be placed. It is drained first
+    (jobs on it may finish), and its record removed once nothing runs there.
+    """
+    features = frozenset(lendable_features)
+    known = {node.name for node in nodes}
+    found = []
+    for name in sorted(slurm_nodes):
+        slurm = slurm_nodes[name]
+        if name in known or not slurm.features & features:
+            continue
+        held = "DRAIN" in slurm.states or "DOWN" in slurm.states
+        busy = bool(slurm.jobs) or bool(slurm.states & BUSY_STATES)
+        state = "+".join(sorted(slurm.states - {""}))
+        if not held:
+            action, why = "drain", f"no Kubernetes Node; {state} in Slurm: drain it"
+        elif busy:
+            jobs = [job.job_id for job in slurm.jobs]
+            action, why = "wait", f"no Kubernetes Node; drained, jobs {jobs} still run"
+        else:
+            action, why = "remove", f"no Kubernetes Node; {state} and idle: remove its record"
+        found.append(Orphan(name, action, why))
+    return found
+
+
+def application_pods_on_lent_nodes(
+    nodes: Sequence[NodeView], pods: Sequence[PodView], policy: Policy
+) -> list[dict[str, str]]:
+    """Application pods that run on a node lent to Slurm: they tolerate the lent taint and
+    share the node with Slurm jobs, which the handover never meant to happen."""
+    lent = {
+        node.name: node.journal.state
+        for node in nodes
+        if node.journal.state in ("lending", "lent", "reclaiming")
+        and matches(node.labels, policy.pool_selector)
+    }
+    return [
+        {
+            "pod": f"{pod.namespace}/{pod.name}",
+            "node": pod.node,
+            "journal": lent[pod.node],
+            "advice": "it tolerates the lent taint and shares the node with Slurm jobs: "
+            "remove that toleration from its workload, or reclaim the node",
+        }
+        for pod in sorted(pods, key=lambda p: (p.namespace, p.name))
+        if pod.node in lent
+        and pod.phase in ("Pending", "Running")
+        and is_application_pod(pod, policy)
+    ]
+
+
+def attention(orphaned: Sequence[Orphan], apps_on_lent: Sequence[Mapping[str, str]]) -> list[str]:
+    """One line per orphan and per application pod on a lent node, with what to do."""
+    todo = {
+        "drain": "rebalance.yml drains it, then removes its record once no job runs there",
+        "wait": "rebalance.yml removes its record once its jobs end",
+        "remove": "rebalance.yml removes its record",
+    }
+    lines = [
+        f"orphaned Slurm node {orphan.node}: {orphan.reason}; {todo[orphan.action]}"
+        for orphan in orphaned
+    ]
+    lines += [
+        f"application pod {app['pod']} runs on lent node {app['node']} ({app['journal']}): "
+        f"{app['advice']}"
+        for app in apps_on_lent
+    ]
+    return lines

@@ -158,13 +158,42 @@ def marks_view(node: Mapping[str, t.Any], marks: Marks) -> JSON:
 
 
 def pool_refusal(node: Mapping[str, t.Any], policy: Policy) -> str | None:
-    """Why a node may never be handed over, or None."""
+    """Why a free node may never be handed over (lent, or reclaimed), or None."""
     labels = node.get("metadata", {}).get("labels") or {}
     if not matches(labels, policy.pool_selector):
         return f"not in the lendable pool (pool_selector {dict(policy.pool_selector)})"
     if policy.never_touch_selector and matches(labels, policy.never_touch_selector):
         return "matches never_touch_selector"
     return None
+
+
+def ours_to_finish(node: Mapping[str, t.Any], marks: Marks) -> bool:
+    """A handover of ours is under way on the node: finish it, whatever its labels say now
+    (a lent node that was relabelled out of the pool must still come back)."""
+    return journal_of(node, marks).state in ("lending", "lent", "reclaiming")
+
+
+def named_node_refusals(
+    names: Sequence[str],
+    found: Mapping[str, Mapping[str, t.Any] | None],
+    policy: Policy,
+    marks: Marks,
+    variable: str = "handover_nodes",
+) -> list[str]:
+    """Why each named node cannot be lent or reclaimed, checked before a run takes the Lease
+    (lend and reclaim refuse the same nodes the same way). `found` maps a name to its Node,
+    or None when there is no such Node."""
+    problems = []
+    for index, name in enumerate(names):
+        node = found.get(name)
+        where = f"{variable}[{index}]: {name}"
+        if node is None:
+            problems.append(f"{where}: no such Node; name a node of the lendable pool")
+            continue
+        refusal = None if ours_to_finish(node, marks) else pool_refusal(node, policy)
+        if refusal:
+            problems.append(f"{where}: {refusal}; name a node of the lendable pool")
+    return problems
 
 
 # ---- the pods on a node ---------------------------------------------------------------------

@@ -18,6 +18,13 @@ from collections.abc import Iterable, Mapping
 JOURNAL_STATES = ("free", "lending", "lent", "reclaiming")
 RESULTS = ("lent", "returned", "blocked", "rolled_back", "failed", "refused", "skipped")
 PREFIX = "hpcops_slinky_handover_"
+# How a run ended, for scripts: `done` (all it was asked, or all the plan said), `blocked`
+# (jobs of a `wait` partition keep nodes), `incomplete` (a node did not end where it was
+# asked to, for example a lend an application pod rolled back), `failed` (a step or a node
+# failed, or was refused), `lease_held` (another run held the Lease: nothing was done).
+OUTCOMES = ("done", "blocked", "incomplete", "failed", "lease_held")
+# Where a node asked for must end for the run to be done.
+TARGETS = {"lend": "lent", "reclaim": "free"}
 
 
 def run_summary(
@@ -29,14 +36,21 @@ def run_summary(
     lease: Mapping[str, t.Any] | None,
     pool: Iterable[Mapping[str, t.Any]] | None,
     errors: Iterable[str] = (),
+    action: str = "",
+    requested: Iterable[str] = (),
+    warnings: Iterable[str] = (),
 ) -> dict[str, t.Any]:
     """The summary of one run from what its tasks returned.
 
     handovers are the results of node_handover (resume, reclaim, lend; None or {} when a
     task did not run); lease is the lease module's result (None for a run without one);
-    pool is handover_plan's `status` rows read after the run.
+    pool is handover_plan's `status` rows read after the run (None: the read failed, and
+    the pool is unknown, not empty); action is lend, reclaim or rebalance, and requested
+    the nodes a lend or reclaim was asked for (named, or as its plan said); warnings are
+    what the report itself could not do (they do not make the run fail).
     """
     nodes: dict[str, list[str]] = {result: [] for result in RESULTS}
+    final: dict[str, str] = {}  # node -> where it ended, as its last handover said
     messages: dict[str, str] = {}
     reclaim_seconds: dict[str, float] = {}
     for result in handovers:
@@ -44,6 +58,7 @@ def run_summary(
             node = str(entry.get("node", ""))
             outcome = str(entry.get("result", ""))
             steps = entry.get("steps") or []
+            final[node] = outcome
             # Count what this run did, not nodes that already were where they ended.
             if outcome == "free" and "free" in steps:
                 outcome = "returned"
@@ -59,26 +74,52 @@ def run_summary(
     errors = [str(error) for error in errors if error]
     errors += [f"{node}: {messages[node]}" for node in nodes["failed"] + nodes["refused"]]
     acted = lease is None or bool(lease.get("acquired"))
-    states = {state: 0 for state in JOURNAL_STATES}
-    pool_rows = list(pool or [])
-    for row in pool_rows:
-        state = str(row.get("journal") or "free")
-        states[state] = states.get(state, 0) + 1
+    states: dict[str, int] | None = None
+    pool_rows = None if pool is None else list(pool)
+    if pool_rows is not None:
+        states = {state: 0 for state in JOURNAL_STATES}
+        for row in pool_rows:
+            state = str(row.get("journal") or "free")
+            states[state] = states.get(state, 0) + 1
+    requested = list(dict.fromkeys(str(node) for node in requested))
+    target = TARGETS.get(action)
+    short = [node for node in requested if target and final.get(node) != target]
+    holder = "" if acted else str((lease or {}).get("holder", ""))
+    outcome = run_outcome(
+        lease_holder=holder, errors=bool(errors), blocked=bool(nodes["blocked"]), short=short
+    )
     return {
         "run": run_id,
+        "action": action,
+        "outcome": outcome,
+        "requested": requested,
+        "nodes": dict(sorted(final.items())),
+        "short": {node: final.get(node, "untouched") for node in short},
         "started": round(started, 3),
         "finished": round(finished, 3),
         "duration_s": round(max(finished - started, 0.0), 3),
         "acted": acted,
-        "lease_holder": "" if acted else str((lease or {}).get("holder", "")),
+        "lease_holder": holder,
         "success": not errors,
         "errors": errors,
+        "warnings": [str(warning) for warning in warnings if warning],
         **{result: sorted(found) for result, found in nodes.items()},
         "blocked_reasons": {node: messages[node] for node in nodes["blocked"] if node in messages},
         "reclaim_seconds": dict(sorted(reclaim_seconds.items())),
-        "pool_nodes": len(pool_rows),
+        "pool_nodes": len(pool_rows) if pool_rows is not None else None,
         "pool": states,
     }
+
+
+def run_outcome(*, lease_holder: str, errors: bool, blocked: bool, short: list[str]) -> str:
+    """One of OUTCOMES; the first that applies wins."""
+    if lease_holder:
+        return "lease_held"
+    if errors:
+        return "failed"
+    if blocked:
+        return "blocked"
+    return "incomplete" if short else "done"
 
 
 def summary_line(summary: Mapping[str, t.Any]) -> str:
@@ -94,10 +135,14 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
     ]
     if summary["reclaim_seconds"]:
         parts.append(f"slowest reclaim {max(summary['reclaim_seconds'].values()):.1f} s")
-    pool = ", ".join(f"{count} {state}" for state, count in summary["pool"].items() if count)
+    if summary["pool"] is None:
+        pool = "unknown"  # the read after the run failed; the errors say why
+    else:
+        pool = ", ".join(f"{n} {state}" for state, n in summary["pool"].items() if n) or "empty"
     text = "; ".join(parts) if parts else "no change"
-    text += f" in {summary['duration_s']:.1f} s (pool: {pool or 'empty'})"
-    return text + errors
+    text += f" in {summary['duration_s']:.1f} s (pool: {pool})"
+    warnings = summary.get("warnings") or []
+    return text + errors + (f"; warnings: {'; '.join(warnings)}" if warnings else "")
 
 
 def _escape(value: str) -> str:
@@ -163,7 +208,8 @@ def metrics_text(summary: Mapping[str, t.Any], cluster: str = "") -> str:
         (
             "pool_nodes",
             "Pool nodes by journal state after the newest run (lent: Slurm's).",
-            [({"state": state}, count) for state, count in summary["pool"].items()],
+            # Unknown after a failed read: no sample, rather than a pool of zeros.
+            [({"state": state}, count) for state, count in (summary["pool"] or {}).items()],
         ),
         (
             "blocked_nodes",

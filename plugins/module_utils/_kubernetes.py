@@ -10,6 +10,7 @@ one exception the modules report cleanly, and its objects into plain dicts.
 
 from __future__ import annotations
 
+import base64
 import typing as t
 
 try:
@@ -167,3 +168,30 @@ def patch_object(
         raise KubernetesError(f"cannot patch {kind} {name}: {_reason(err)}") from None
     obj: dict[str, t.Any] = patched.to_dict()
     return obj
+
+
+def secret_ref_spec(default_key: str) -> dict[str, t.Any]:
+    """The options of a reference to one key of a Secret."""
+    return {
+        "type": "dict",
+        "options": {
+            "namespace": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "key": {"type": "str", "default": default_key, "no_log": False},
+        },
+    }
+
+
+def secret_value(client: t.Any, ref: t.Mapping[str, str]) -> str:
+    """The text of one key of a Secret; KubernetesError naming the Secret when it is not there."""
+    where = f"Secret {ref['namespace']}/{ref['name']}"
+    secret = get_object(client, "v1", "Secret", ref["name"], ref["namespace"])
+    if secret is None:
+        raise KubernetesError(f"{where} does not exist")
+    encoded = (secret.get("data") or {}).get(ref["key"])
+    if not encoded:
+        raise KubernetesError(f"{where} has no key {ref['key']} (yet)")
+    try:
+        return base64.b64decode(encoded).decode("utf-8").strip()
+    except (ValueError, UnicodeDecodeError):
+        raise KubernetesError(f"{where}: key {ref['key']} is not text") from None

@@ -54,7 +54,11 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_node_change i
     plan_node_change,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import job_node_names
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import SlurmRestError
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
+    SlurmConnectionError,
+    SlurmRequestError,
+    SlurmRestError,
+)
 
 JSON = dict[str, t.Any]
 
@@ -64,6 +68,8 @@ FAULT_ENV = "HPCOPS_HANDOVER_FAULT"
 FAULT_EXIT = 75
 CONFLICT_RETRIES = 5
 SHARED_READS_FROM = 4  # workers polling at once from which they share one read of all nodes
+# slurmrestd answers these when it, or slurmctld behind it, is briefly out of reach.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 NODESET_API = "slinky.slurm.net/v1beta1"
 LEND_STEPS = ("taint", "recheck", "label", "registered")
 RECLAIM_STEPS = (
@@ -98,7 +104,8 @@ class Outcome:
 
     node: str
     action: str
-    # lent, free, rolled_back, blocked, failed, refused, skipped or unchanged
+    # lent, free, rolled_back, blocked, failed, refused, skipped or unchanged; for orphans
+    # draining or removed
     result: str = "unchanged"
     op: str = ""
     slurm_node: str = ""
@@ -187,10 +194,7 @@ class Kube:
         in the lab).  An annotation change on the NodeSet wakes its reconcile at once.
         """
         touched = []
-        for nodeset in list_objects(self.client, NODESET_API, "NodeSet", namespace):
-            selector = nodeset.get("spec", {}).get("template", {}).get("spec", {})
-            if (selector.get("nodeSelector") or {}).get(label) != value:
-                continue
+        for nodeset in lendable_nodesets(self.client, label, value, namespace):
             meta = nodeset["metadata"]
             patch_object(
                 self.client,
@@ -202,6 +206,30 @@ class Kube:
             )
             touched.append(f"{meta['namespace']}/{meta['name']}")
         return touched
+
+
+def lendable_nodesets(
+    client: t.Any, label: str, value: str, namespace: str | None = None
+) -> list[JSON]:
+    """The Slinky NodeSets whose pods select the lend label: those that run slurmd on lent
+    nodes."""
+    return [
+        nodeset
+        for nodeset in list_objects(client, NODESET_API, "NodeSet", namespace)
+        if (nodeset_pod_spec(nodeset).get("nodeSelector") or {}).get(label) == value
+    ]
+
+
+def nodeset_pod_spec(nodeset: Mapping[str, t.Any]) -> JSON:
+    spec: JSON = ((nodeset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return spec
+
+
+def nodeset_feature(nodeset: Mapping[str, t.Any]) -> str:
+    """The Slurm feature Slinky gives a NodeSet's slurmd nodes: the pods' hostname prefix
+    without its dash, else the NodeSet's name (as the operator's slurmd arguments do)."""
+    hostname = str(nodeset_pod_spec(nodeset).get("hostname") or "").strip("-")
+    return hostname or str((nodeset.get("metadata") or {}).get("name", ""))
 
 
 class SharedNodeReads:
@@ -266,6 +294,78 @@ def slurm_for_workers(
     return SharedNodeReads(slurm, poll_s) if 0 < shared_from <= workers else slurm
 
 
+def transient(err: SlurmRestError) -> bool:
+    """An outage that may pass: slurmrestd unreachable, or slurmctld behind it."""
+    return isinstance(err, SlurmConnectionError) or (
+        isinstance(err, SlurmRequestError) and err.status in TRANSIENT_STATUSES
+    )
+
+
+class PatientSlurm:
+    """The Slurm calls of the handover, riding out an outage until the step's deadline.
+
+    The client retries a request a few times (about 7 s); a reclaim with minutes of grace
+    left should not fail for an outage shorter than that grace.  Each worker thread names
+    the deadline of the step it is in (`until`); a call that meets an outage waits, with
+    backoff and a note each time, and tries again until that deadline, then fails with the
+    client's own error.
+    """
+
+    def __init__(
+        self,
+        inner: t.Any,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        first_wait_s: float = 1.0,
+        longest_wait_s: float = 15.0,
+    ) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.sleep = sleep
+        self.first_wait_s = first_wait_s
+        self.longest_wait_s = longest_wait_s
+        self._step = threading.local()
+
+    def until(self, deadline: float, notes: list[str]) -> None:
+        """This thread's calls wait out outages until `deadline`, noting each wait."""
+        self._step.deadline = deadline
+        self._step.notes = notes
+
+    def _call(self, call: Callable[..., t.Any], *args: t.Any) -> t.Any:
+        wait = self.first_wait_s
+        while True:
+            try:
+                return call(*args)
+            except SlurmRestError as err:
+                left = getattr(self._step, "deadline", float("-inf")) - self.clock()
+                if not transient(err) or left <= 0:
+                    raise
+                pause = min(wait, left)
+                self._step.notes.append(
+                    f"{str(err).split(';', 1)[0]}; trying again in {pause:.0f} s "
+                    f"({left:.0f} s left before this step's deadline)"
+                )
+                self.sleep(pause)
+                wait = min(wait * 2, self.longest_wait_s)
+
+    def node(self, name: str) -> JSON | None:
+        node: JSON | None = self._call(self.inner.node, name)
+        return node
+
+    def jobs(self) -> list[JSON]:
+        jobs: list[JSON] = self._call(self.inner.jobs)
+        return jobs
+
+    def update_node(self, name: str, changes: JSON) -> None:
+        self._call(self.inner.update_node, name, changes)
+
+    def delete_node(self, name: str) -> None:
+        self._call(self.inner.delete_node, name)
+
+    def signal_job(self, job_id: int | str, signal: str = "SIGKILL") -> None:
+        self._call(self.inner.signal_job, job_id, signal)
+
+
 class Handover:
     """Lends, reclaims or resumes one node at a time; safe to call from several threads."""
 
@@ -278,7 +378,7 @@ class Handover:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.kube = kube
-        self.slurm = slurm
+        self.slurm = PatientSlurm(slurm, clock, sleep)
         self.settings = settings
         self.marks = settings.marks
         self.clock = clock
@@ -296,6 +396,12 @@ class Handover:
         busy again), for the planner's lend_min_idle_s."""
         outcome = Outcome(node=name, action="mark_idle")
         return self._guarded(outcome, lambda: self._mark_idle(outcome, idle_since))
+
+    def clean_orphan(self, name: str) -> Outcome:
+        """Drain the Slurm node of a lent Node that was deleted, and remove its record once
+        no job runs there (the next run looks again while jobs run)."""
+        outcome = Outcome(node=name, action="clean_orphans", slurm_node=name)
+        return self._guarded(outcome, lambda: self._clean_orphan(outcome))
 
     def _guarded(self, outcome: Outcome, body: Callable[[], None]) -> Outcome:
         """Run one node's work; its errors end that node's outcome, not the other nodes'."""
@@ -348,10 +454,46 @@ class Handover:
         self._transition(outcome.node, mark)
         outcome.changed = True
 
+    def _clean_orphan(self, outcome: Outcome) -> None:
+        name = outcome.node
+        if self.kube.node(name) is not None:
+            raise Skipped("it has a Kubernetes Node again: the handover owns it")
+        self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
+        slurm_node = self.slurm.node(name)
+        if slurm_node is None:
+            outcome.result = "removed"
+            outcome.message = "no such Slurm node (any more)"
+            return
+        if self._would(outcome, "removed", ("drain", "remove")):
+            return
+        held = "DRAIN" in slurm_node["state_flags"] or slurm_node["state"] == "DOWN"
+        if not held:
+            self.slurm.update_node(
+                name,
+                {
+                    "state": ["DRAIN"],
+                    "reason": f"{self.marks.reason_prefix} orphan: its Kubernetes Node is gone",
+                },
+            )
+            outcome.steps.append("drain")
+            outcome.changed = True
+            slurm_node = self.slurm.node(name)
+        if not slurm_drained(slurm_node):
+            outcome.result = "draining"
+            outcome.message = "drained; jobs still run, its record goes once they end"
+            return
+        if slurm_node is not None:
+            self.slurm.delete_node(name)
+            outcome.steps.append("remove")
+            outcome.changed = True
+        outcome.result = "removed"
+        outcome.message = "record removed: no Kubernetes Node, no job"
+
     # -- lend ------------------------------------------------------------------------------
 
     def _lend(self, node: JSON, journal: Journal, outcome: Outcome) -> None:
         name = outcome.node
+        self.slurm.until(self.clock() + self.settings.lend_timeout_s, outcome.warnings)
         if journal.state == "lent":
             outcome.result = "lent"
             outcome.message = "already lent"
@@ -476,12 +618,18 @@ class Handover:
     def _reclaim(self, node: JSON, journal: Journal, outcome: Outcome, reason: str) -> None:
         name = outcome.node
         if journal.state == "free":
+            # Refused as lend refuses it: a node the pool does not hold was never ours.
+            refusal = pool_refusal(node, self.settings.policy)
+            if refusal:
+                raise Refused(refusal)
             outcome.result = "free"
             outcome.message = "not lent"
             return
         pods = self.kube.pods_on(name)
         slurm_name = slurm_node_name(name, pods)
         outcome.slurm_node = slurm_name
+        # Until the node's own deadline is known, no step can need longer than the longest grace.
+        self.slurm.until(self.clock() + longest_grace(self.settings.policy), outcome.warnings)
         if journal.state in ("lending", "lent"):
             if self._would(outcome, "free", RECLAIM_STEPS):
                 return
@@ -513,6 +661,11 @@ class Handover:
             if self._would(outcome, "free", RECLAIM_STEPS[1:]):
                 return
 
+        # Draining and waiting for the jobs may take until the deadline; a step resumed past
+        # it still gets the time of a pod step to ride out an outage.
+        self.slurm.until(
+            max(deadline, self.clock() + self.settings.pod_timeout_s), outcome.warnings
+        )
         self._drain(slurm_name, outcome)
         self._step(outcome, "drain")
         drained = self._wait(
@@ -568,6 +721,7 @@ class Handover:
 
     def _escalate(self, slurm_name: str, outcome: Outcome) -> bool:
         """Apply the policy at the deadline; False when the node stays blocked."""
+        self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         jobs = [
             job
             for job in self.slurm.jobs()
@@ -635,6 +789,7 @@ class Handover:
                     "after it was deleted"
                 )
         self._step(outcome, "pod_gone")
+        self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         if self.slurm.node(slurm_name) is not None:
             try:
                 self.slurm.delete_node(slurm_name)
@@ -751,6 +906,16 @@ class Handover:
             self.kube.event(body)
         except KubernetesError as err:  # the handover goes on; the journal is the record
             outcome.warnings.append(f"could not record the Event: {err}")
+
+
+def longest_grace(policy: Policy) -> float:
+    """The longest grace any partition of the policy gives."""
+    return float(
+        max(
+            [part.grace_s for part in policy.partitions.values()]
+            + [policy.default_partition.grace_s]
+        )
+    )
 
 
 def new_op() -> str:

@@ -15,10 +15,16 @@ from contextlib import contextmanager
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
+    KubernetesError,
+    secret_ref_spec,
+    secret_value,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import SelectionError
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
     SUPPORTED_API_VERSIONS,
     Connection,
+    SlurmAuthError,
     SlurmRestClient,
     SlurmRestError,
 )
@@ -41,9 +47,38 @@ def slurmrestd_argument_spec() -> dict[str, dict[str, t.Any]]:
 
 
 SLURMRESTD_MUTUALLY_EXCLUSIVE = [("token", "jwt_key_path")]
+# Modules that also talk to Kubernetes may read the token from a Secret instead.
+TOKEN_SECRET_MUTUALLY_EXCLUSIVE = [
+    ("token", "jwt_key_path"),
+    ("token", "token_secret"),
+    ("jwt_key_path", "token_secret"),
+]
 
 
-def connection_from_params(params: dict[str, t.Any]) -> Connection:
+def token_secret_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """The token_secret option (doc fragment hpcops.slinky.slurmrestd.FROM_CLUSTER)."""
+    return {"token_secret": secret_ref_spec("auth-token")}
+
+
+def token_from_secret(client: t.Any, ref: t.Mapping[str, str]) -> t.Callable[[], str]:
+    """A token source that reads the Secret each time it is asked: the Slinky operator
+    renews a Token's Secret before the token in it expires."""
+
+    def read() -> str:
+        try:
+            return secret_value(client, ref)
+        except KubernetesError as err:
+            raise SlurmAuthError(
+                f"token_secret: {err}; point it at the Secret of a Slinky Token "
+                "(key auth-token), or give token or jwt_key_path"
+            ) from None
+
+    return read
+
+
+def connection_from_params(
+    params: dict[str, t.Any], token_source: t.Callable[[], str] | None = None
+) -> Connection:
     return Connection(
         url=params["url"],
         token=params.get("token"),
@@ -55,13 +90,16 @@ def connection_from_params(params: dict[str, t.Any]) -> Connection:
         ca_path=params.get("ca_path"),
         timeout=params.get("timeout") or 30.0,
         retries=params.get("retries", 3),
+        token_source=token_source,
     )
 
 
-def slurm_client(module: AnsibleModule) -> SlurmRestClient:
+def slurm_client(
+    module: AnsibleModule, token_source: t.Callable[[], str] | None = None
+) -> SlurmRestClient:
     """The client for a module's options; bad options end the module with a clear error."""
     try:
-        connection = connection_from_params(module.params)
+        connection = connection_from_params(module.params, token_source)
     except SlurmRestError as err:
         module.fail_json(msg=str(err))
     return SlurmRestClient(connection, on_new_token=module.no_log_values.add)

@@ -106,6 +106,20 @@ def mint_token(key: bytes, user: str, lifespan: int, now: int | None = None) -> 
     return f"{signing_input}.{_b64url(signature)}"
 
 
+def token_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT (Unix time), read without checking the signature; None when
+    the token has none or is not a JWT. For warnings only: slurmctld decides validity."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
 def read_jwt_key(path: str) -> bytes:
     """Read slurmctld's JWT key file; errors name the path and the fix."""
     try:
@@ -404,6 +418,9 @@ class Connection:
     timeout: float = 30.0
     retries: int = 3
     backoff: float = 1.0
+    # Where a renewed token is read when slurmrestd rejects the one in hand (the Secret a
+    # Slinky Token keeps fresh); without one, a rejected token fails the request.
+    token_source: t.Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         if not self.url:
@@ -418,7 +435,7 @@ class Connection:
             )
         if self.token and self.jwt_key_path:
             raise SlurmAuthError("give either token or jwt_key_path, not both")
-        if not self.token and not self.jwt_key_path:
+        if not self.token and not self.jwt_key_path and self.token_source is None:
             raise SlurmAuthError(
                 "no credentials for slurmrestd: set token (or the SLURM_JWT environment "
                 "variable), or jwt_key_path to mint a short-lived token"
@@ -456,9 +473,28 @@ class SlurmRestClient:
             self._token_expires = time.time() + conn.token_lifespan * 0.8
             if self._on_new_token is not None:
                 self._on_new_token(self._token)
+        if self._token is None and conn.token_source is not None:
+            self._take(conn.token_source())
         if self._token is None:
             raise SlurmAuthError("no token: set token, or jwt_key_path to mint one")
         return self._token
+
+    def _take(self, token: str) -> None:
+        self._token = token
+        if self._on_new_token is not None:
+            self._on_new_token(token)
+
+    def _renewed(self) -> bool:
+        """After slurmrestd rejected the token: read the source again; True when it gave a
+        new token (the one in hand may simply have expired since it was read)."""
+        source = self.connection.token_source
+        if source is None:
+            return False
+        token = source()
+        if not token or token == self._token:
+            return False
+        self._take(token)
+        return True
 
     def _headers(self, has_body: bool) -> dict[str, str]:
         headers = {
@@ -490,6 +526,7 @@ class SlurmRestClient:
             url += "?" + urlencode(query, doseq=True)
         data = json.dumps(body).encode() if body is not None else None
         attempt = 0
+        renewed = False
         while True:
             try:
                 response = self._open(
@@ -509,6 +546,9 @@ class SlurmRestClient:
                 if status == 304:
                     return {}
                 payload = err.read() if err.fp is not None else b""
+                if status in (401, 511) and not renewed and self._renewed():
+                    renewed = True  # once: a token the source still gives is not renewed
+                    continue
                 if status in RETRY_STATUSES and attempt < self.connection.retries:
                     self._sleep(self._delay(attempt, err.headers))
                     attempt += 1

@@ -18,17 +18,30 @@ description:
     C(max_changes_per_run) allows.
   - The plan is a pure function of what it reads, the policy and the time; the same state
     gives the same plan.
+  - Also reports what needs a clean-up or a person, in RV(orphans) (Slurm nodes of the
+    lendable NodeSets whose Kubernetes Node is gone) and RV(apps_on_lent_nodes).
+options:
+  lend_label:
+    description:
+      - The label (one key and value) the lendable NodeSets select. Their names (the
+        feature Slinky gives their slurmd nodes) tell which Slurm nodes were lent.
+    type: dict
+    default: {hpcops.io/slurm-lent: "true"}
+  nodeset_namespace:
+    description: Namespace of the Slinky NodeSets; by default every namespace.
+    type: str
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.handover
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
   - hpcops.slinky.attributes.INFO_MODULE
 requirements:
   - python-hostlist
 notes:
-  - Reads with the permissions Nodes get/list, Pods list, and a slurmrestd token.
+  - Reads with the permissions Nodes get/list, Pods list, NodeSets list, and a slurmrestd token.
 seealso:
   - module: hpcops.slinky.slurm_info
 """
@@ -96,6 +109,36 @@ lent:
   description: Pool nodes lent now.
   returned: always
   type: int
+orphans:
+  description:
+    - Slurm nodes of the lendable NodeSets with no Kubernetes Node (it was deleted while lent),
+      and what a rebalance does about each; M(hpcops.slinky.node_handover) with
+      O(hpcops.slinky.node_handover#module:action=clean_orphans) does it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    node:
+      description: The Slurm node name.
+      type: str
+    action:
+      description: V(drain) (jobs may finish, none start), V(wait) (drained, jobs still run) or V(remove) (idle; its record goes).
+      type: str
+    reason:
+      description: What was found.
+      type: str
+apps_on_lent_nodes:
+  description:
+    - Application pods running on a node lent to Slurm (they tolerate the lent taint), with
+      C(pod), C(node), C(journal) and C(advice).
+  returned: always
+  type: list
+  elements: dict
+attention:
+  description: RV(orphans) and RV(apps_on_lent_nodes) as lines for people, each with what to do.
+  returned: always
+  type: list
+  elements: str
 status:
   description:
     - One row per pool node, by name, for status reports. C(kubernetes) (Ready or NotReady),
@@ -119,7 +162,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover_options im
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (
     PolicyError,
+    application_pods_on_lent_nodes,
+    attention,
     node_view,
+    orphans,
     plan,
     pod_view,
     slurm_node_views,
@@ -131,28 +177,45 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
     kubernetes_client,
     list_objects,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover import (
+    lendable_nodesets,
+    nodeset_feature,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    SLURMRESTD_MUTUALLY_EXCLUSIVE,
+    TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
     failing_cleanly,
     slurm_client,
     slurmrestd_argument_spec,
+    token_from_secret,
+    token_secret_argument_spec,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import job_node_names
 
 
 def main() -> None:
     argument_spec = slurmrestd_argument_spec()
+    argument_spec.update(token_secret_argument_spec())
     argument_spec.update(kubernetes_argument_spec())
     argument_spec.update(handover_argument_spec())
+    argument_spec.update(
+        lend_label={"type": "dict", "default": {"hpcops.io/slurm-lent": "true"}},
+        nodeset_namespace={"type": "str"},
+    )
     module = AnsibleModule(
         argument_spec=argument_spec,
-        mutually_exclusive=SLURMRESTD_MUTUALLY_EXCLUSIVE,
+        mutually_exclusive=TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
         supports_check_mode=True,
     )
     result: dict[str, t.Any] = {"changed": False}
     try:
         policy = policy_from_params(module.params["policy"])
         policy.check()
+        if len(module.params["lend_label"]) != 1:
+            raise PolicyError(
+                "lend_label",
+                f"{module.params['lend_label']!r} is not one label",
+                "give the one key and value the lendable NodeSets select",
+            )
     except PolicyError as err:
         module.fail_json(msg=str(err), **result)
     try:
@@ -162,15 +225,28 @@ def main() -> None:
             for obj in list_objects(client, "v1", "Node")
         ]
         pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
+        ((label, value),) = module.params["lend_label"].items()
+        features = [
+            nodeset_feature(nodeset)
+            for nodeset in lendable_nodesets(
+                client, str(label), str(value), module.params["nodeset_namespace"]
+            )
+        ]
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
-    slurm = slurm_client(module)
+    ref = module.params["token_secret"]
+    slurm = slurm_client(module, token_from_secret(client, ref) if ref else None)
     with failing_cleanly(module, result):
         slurm_nodes = slurm_node_views(slurm.nodes(), slurm.jobs(), job_node_names)
     now = time.time()
     decided = plan(nodes, pods, slurm_nodes, policy, now)
     result.update(decided.as_dict())
     result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
+    orphaned = orphans(nodes, slurm_nodes, features)
+    apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
+    result["orphans"] = [orphan.as_dict() for orphan in orphaned]
+    result["apps_on_lent_nodes"] = apps_on_lent
+    result["attention"] = attention(orphaned, apps_on_lent)
     module.exit_json(**result)
 
 

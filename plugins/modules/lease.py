@@ -13,8 +13,9 @@ author: hpcops.slinky developers (@hpcops)
 description:
   - Takes the Lease O(name) in O(namespace) for O(holder) when nobody holds it, when its
     holder let it expire, or when O(holder) holds it already (then it is renewed).
-  - When another holder's Lease is live, changes nothing and returns RV(acquired=false), so
-    the play can end cleanly (M(ansible.builtin.meta) C(end_play)).
+  - When another holder's Lease is live, waits up to O(wait_s) for it to be given back or to
+    expire; if it is still held then, changes nothing and returns RV(acquired=false), so the
+    play can end cleanly (M(ansible.builtin.meta) C(end_play)) or fail as it must.
   - Every write carries the resourceVersion it read, so of two runs that race exactly one
     gets the Lease.
   - O(state=released) gives the Lease back if O(holder) has it.
@@ -40,6 +41,17 @@ options:
     type: str
     choices: [acquired, released]
     default: acquired
+  wait_s:
+    description:
+      - Seconds to wait for a Lease another holder has, looking again every
+        O(poll_interval_s). V(0) looks once.
+      - Not used in check mode, which reports at once.
+    type: float
+    default: 0
+  poll_interval_s:
+    description: Seconds between two looks while waiting.
+    type: float
+    default: 2
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.attributes
@@ -93,6 +105,10 @@ expires_in:
   description: Seconds left on another holder's live Lease.
   returned: when another holder has it
   type: float
+waited_s:
+  description: Seconds spent waiting for another holder's Lease.
+  returned: always
+  type: float
 """
 
 import time
@@ -114,24 +130,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._lease import decide
 API_VERSION = "coordination.k8s.io/v1"
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "default": "hpcops-slinky-handover"},
-            "namespace": {"type": "str", "required": True},
-            "holder": {"type": "str", "required": True},
-            "duration_s": {"type": "int", "default": 900},
-            "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
-            **kubernetes_argument_spec(),
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["duration_s"] < 1:
-        module.fail_json(msg="duration_s: must be 1 or more; give seconds longer than a run takes")
+def attempt(client: t.Any, params: dict[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """One look at the Lease and the one write it calls for; KubernetesError on failure."""
     result: dict[str, t.Any] = {"changed": False, "acquired": False}
     try:
-        client = kubernetes_client(params["kubeconfig"], params["context"])
         lease = get_object(client, API_VERSION, "Lease", params["name"], params["namespace"])
         now = time.time()
         decision = decide(lease, params["holder"], now, params["state"])
@@ -140,11 +142,11 @@ def main() -> None:
             result["expires_in"] = round(decision.expires_in, 1)
         if decision.action in ("keep", "none"):
             result["acquired"] = decision.holder == params["holder"] != ""
-            module.exit_json(**result)
+            return result
         result["changed"] = True
         result["acquired"] = decision.action != "release"
-        if module.check_mode:
-            module.exit_json(**result)
+        if check_mode:
+            return result
         if decision.action == "release" and lease is not None:
             delete_object(
                 client,
@@ -167,8 +169,44 @@ def main() -> None:
     except Conflict as err:
         # Another run wrote first: it holds the Lease, this one does nothing.
         result.update(changed=False, acquired=False, decision="keep", conflict=str(err))
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "default": "hpcops-slinky-handover"},
+            "namespace": {"type": "str", "required": True},
+            "holder": {"type": "str", "required": True},
+            "duration_s": {"type": "int", "default": 900},
+            "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
+            "wait_s": {"type": "float", "default": 0.0},
+            "poll_interval_s": {"type": "float", "default": 2.0},
+            **kubernetes_argument_spec(),
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["duration_s"] < 1:
+        module.fail_json(msg="duration_s: must be 1 or more; give seconds longer than a run takes")
+    if params["wait_s"] < 0:
+        module.fail_json(msg=f"wait_s: {params['wait_s']:g} is negative; give 0 or more seconds")
+    if params["poll_interval_s"] <= 0:
+        module.fail_json(msg="poll_interval_s: must be above 0; give seconds, for example 2")
+    started = time.monotonic()
+    waiting = params["state"] == "acquired" and not module.check_mode
+    result: dict[str, t.Any] = {"changed": False, "acquired": False}
+    try:
+        client = kubernetes_client(params["kubeconfig"], params["context"])
+        while True:
+            result = attempt(client, params, module.check_mode)
+            left = params["wait_s"] - (time.monotonic() - started)
+            if result["acquired"] or not waiting or left <= 0:
+                break
+            time.sleep(min(params["poll_interval_s"], left))
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
+    result["waited_s"] = round(time.monotonic() - started, 1) if waiting else 0.0
     module.exit_json(**result)
 
 

@@ -27,12 +27,17 @@ description:
     taint and journal C(free)."
   - V(resume) finishes what an earlier run left in C(lending) or C(reclaiming); lend and
     reclaim resume such nodes too.
+  - "V(clean_orphans) takes Slurm node names (M(hpcops.slinky.handover_plan)'s C(orphans)):
+    Slurm nodes of the lendable NodeSets whose Kubernetes Node is gone. Each is drained
+    (running jobs finish, none start) and its record removed once no job runs there; a node
+    that has a Kubernetes Node again is skipped."
   - Every Node write carries the resourceVersion it was computed from, so of two runs only
     one makes each transition; the other reports the node C(skipped).
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.handover
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
 options:
@@ -47,7 +52,7 @@ options:
       - V(mark_idle) writes O(idle_marks) (the planner's C(idle_marks)) into the journals of
         free nodes; O(nodes) is not used.
     type: str
-    choices: [lend, reclaim, resume, mark_idle]
+    choices: [lend, reclaim, resume, mark_idle, clean_orphans]
     required: true
   idle_marks:
     description: Node name to the time it was first seen idle (or null, busy again), for O(action=mark_idle).
@@ -187,7 +192,8 @@ nodes:
       description:
         - Where the node ended; V(lent), V(free), V(rolled_back) (an application pod came
           first), V(blocked) (jobs of a V(wait) partition), V(failed), V(refused),
-          V(skipped) (another run acted first) or V(unchanged).
+          V(skipped) (another run acted first) or V(unchanged); for V(clean_orphans),
+          V(draining) (jobs still run) or V(removed).
       type: str
     op:
       description: The operation id written in the journal and the Events.
@@ -254,9 +260,11 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover impor
     slurm_for_workers,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    SLURMRESTD_MUTUALLY_EXCLUSIVE,
+    TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
     slurm_client,
     slurmrestd_argument_spec,
+    token_from_secret,
+    token_secret_argument_spec,
 )
 
 TAINT_SPEC: dict[str, dict[str, t.Any]] = {
@@ -299,6 +307,11 @@ def check_numbers(params: dict[str, t.Any]) -> None:
             f"{params['shared_reads_from']} is below 0",
             "give a number of nodes, or 0 to never share",
         )
+    for index, name in enumerate(params["nodes"]):
+        if not name.strip():
+            raise PolicyError(
+                f"nodes[{index}]", f"{name!r} is empty", "give the Kubernetes name of a pool node"
+            )
     for name, mark in params["idle_marks"].items():
         if mark is not None and not isinstance(mark, (int, float)):
             raise PolicyError(
@@ -310,13 +323,14 @@ def check_numbers(params: dict[str, t.Any]) -> None:
 
 def main() -> None:
     argument_spec = slurmrestd_argument_spec()
+    argument_spec.update(token_secret_argument_spec())
     argument_spec.update(handover_argument_spec())
     argument_spec.update(kubernetes_argument_spec())
     argument_spec.update(
         nodes={"type": "list", "elements": "str", "default": []},
         action={
             "type": "str",
-            "choices": ["lend", "reclaim", "resume", "mark_idle"],
+            "choices": ["lend", "reclaim", "resume", "mark_idle", "clean_orphans"],
             "required": True,
         },
         idle_marks={"type": "dict", "default": {}},
@@ -335,7 +349,7 @@ def main() -> None:
     )
     module = AnsibleModule(
         argument_spec=argument_spec,
-        mutually_exclusive=SLURMRESTD_MUTUALLY_EXCLUSIVE,
+        mutually_exclusive=TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
         supports_check_mode=True,
     )
     params = module.params
@@ -375,11 +389,11 @@ def main() -> None:
         check_mode=module.check_mode,
         fault=os.environ.get(FAULT_ENV, ""),
     )
+    ref = params["token_secret"]
+    slurm = slurm_client(module, token_from_secret(kube.client, ref) if ref else None)
     handover = Handover(
         kube,
-        slurm_for_workers(
-            slurm_client(module), workers, params["poll_interval_s"], params["shared_reads_from"]
-        ),
+        slurm_for_workers(slurm, workers, params["poll_interval_s"], params["shared_reads_from"]),
         settings,
     )
 
@@ -387,6 +401,8 @@ def main() -> None:
         if marking:
             mark = params["idle_marks"][name]
             return handover.mark_idle(name, float(mark) if mark is not None else None)
+        if params["action"] == "clean_orphans":
+            return handover.clean_orphan(name)
         return handover.run(name, params["action"])
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

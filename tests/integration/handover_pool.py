@@ -105,7 +105,13 @@ class Pool:
         return [p["metadata"]["name"] for p in pods["items"]]
 
     def app_pod(
-        self, name: str, node_selector: dict[str, str], *, cpu: str = "16", node: str = ""
+        self,
+        name: str,
+        node_selector: dict[str, str],
+        *,
+        cpu: str = "16",
+        node: str = "",
+        tolerate_lent: bool = False,
     ) -> None:
         spec: dict[str, t.Any] = {
             "nodeSelector": node_selector,
@@ -133,6 +139,8 @@ class Pool:
         }
         if node:
             spec["nodeName"] = node  # bound as the scheduler would bind it
+        if tolerate_lent:  # a workload that (wrongly) tolerates every taint of ours
+            spec["tolerations"] = [{"key": TAINT, "operator": "Exists"}]
         self.lab.apply(
             f"/api/v1/namespaces/{APPS}/pods",
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},

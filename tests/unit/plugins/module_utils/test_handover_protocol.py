@@ -29,6 +29,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol i
     has_taint,
     journal_of,
     journal_text,
+    named_node_refusals,
     node_patch,
     pool_refusal,
     registration,
@@ -139,6 +140,31 @@ def test_pool_refusal_names_the_selector() -> None:
     assert "not in the lendable pool" in str(pool_refusal(outside, POLICY))
     never = k8s_node(labels={"hpcops.io/never-touch": "true"})
     assert pool_refusal(never, POLICY) == "matches never_touch_selector"
+
+
+def test_named_nodes_are_refused_before_the_run_the_same_way_for_lend_and_reclaim() -> None:
+    outside = k8s_node()
+    outside["metadata"]["labels"] = {"hpcops.io/pool": "services"}
+    never = k8s_node(labels={"hpcops.io/never-touch": "true"})
+    # Lent, then relabelled out of the pool: still ours to bring back.
+    lent_outside = k8s_node(journal='{"state": "lent", "op": "x"}')
+    lent_outside["metadata"]["labels"] = {}
+    found = {
+        "int01": k8s_node(),
+        "svc01": outside,
+        "gpu01": never,
+        "int09": lent_outside,
+        "gone": None,
+    }
+    problems = named_node_refusals(
+        ["int01", "svc01", "gpu01", "int09", "gone"], found, POLICY, MARKS
+    )
+    assert problems == [
+        "handover_nodes[1]: svc01: not in the lendable pool (pool_selector "
+        "{'hpcops.io/pool': 'interactive'}); name a node of the lendable pool",
+        "handover_nodes[2]: gpu01: matches never_touch_selector; name a node of the lendable pool",
+        "handover_nodes[4]: gone: no such Node; name a node of the lendable pool",
+    ]
 
 
 def test_application_pods_leave_out_slurmd_daemonsets_system_and_finished_pods() -> None:

@@ -112,8 +112,65 @@ def test_a_run_that_found_the_lease_held_says_who_has_it() -> None:
 def test_a_run_that_failed_before_the_lease_did_not_act() -> None:
     got = summary(handovers=[], lease={}, pool=None, errors=["Read the token Secret: 403"])
     assert not got["acted"] and not got["success"]
-    assert got["pool_nodes"] == 0
+    assert got["outcome"] == "failed"
+    assert got["pool_nodes"] is None and got["pool"] is None
     assert summary_line(got) == "changed nothing; errors: Read the token Secret: 403"
+
+
+def test_a_pool_that_could_not_be_read_is_unknown_not_empty() -> None:
+    got = summary(pool=None, warnings=["the pool could not be read after the run: 502"])
+    assert got["pool"] is None and got["pool_nodes"] is None
+    assert "(pool: unknown); warnings: the pool could not be read" in summary_line(got)
+    assert got["success"] and got["outcome"] == "blocked"  # the run's own result stands
+    assert "(pool: empty)" in summary_line(summary(pool=[]))
+    # No pool samples at all, rather than zeros that would read as an empty pool.
+    assert not [k for k in samples(metrics_text(got)) if k[0].endswith("_pool_nodes")]
+
+
+@pytest.mark.parametrize(
+    ("action", "requested", "handovers", "lease", "errors", "outcome"),
+    [
+        ("reclaim", ["int01"], [{"nodes": RECLAIMED["nodes"][:1]}], None, [], "done"),
+        ("reclaim", ["int01", "int02"], [RECLAIMED], None, [], "blocked"),
+        ("lend", ["int04", "int05"], [LENT], None, [], "done"),
+        ("lend", ["int04", "int09"], [LENT], None, [], "incomplete"),
+        (
+            "lend",
+            ["int07"],
+            [{"nodes": [{"node": "int07", "result": "rolled_back", "steps": ["taint", "free"]}]}],
+            None,
+            [],
+            "incomplete",
+        ),
+        ("reclaim", ["int01"], [RECLAIMED], None, ["Reclaim: 502"], "failed"),
+        ("reclaim", ["int01"], [], {"acquired": False, "holder": "cron-1"}, [], "lease_held"),
+        ("rebalance", [], [], {"acquired": False, "holder": "cron-1"}, [], "lease_held"),
+        ("rebalance", [], [LENT], None, [], "done"),
+    ],
+)
+def test_the_outcome_says_whether_the_run_did_what_it_was_asked(
+    action: str,
+    requested: list[str],
+    handovers: list[t.Any],
+    lease: t.Any,
+    errors: list[str],
+    outcome: str,
+) -> None:
+    got = summary(
+        action=action, requested=requested, handovers=handovers, lease=lease, errors=errors
+    )
+    assert got["outcome"] == outcome
+    assert got["action"] == action and got["requested"] == requested
+
+
+def test_the_summary_lists_where_each_node_ended() -> None:
+    assert summary()["nodes"] == {
+        "int01": "free",
+        "int02": "blocked",
+        "int03": "free",
+        "int04": "lent",
+        "int05": "lent",
+    }
 
 
 def test_the_line_says_what_changed() -> None:

@@ -38,6 +38,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
     offered_versions,
     plain_number,
     read_jwt_key,
+    token_expiry,
 )
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -326,3 +327,47 @@ def test_retry_after_is_honoured() -> None:
 
 def test_supported_versions_are_the_documented_ones() -> None:
     assert SUPPORTED_API_VERSIONS == ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+
+
+# -- tokens from a source that renews them ------------------------------------------------
+
+
+def test_a_rejected_token_is_read_again_from_its_source() -> None:
+    """A Slinky Token's Secret is renewed by the operator: a token that expired mid-run is
+    read again once, and the request goes through with the new one."""
+    fake = FakeSlurmRestd("26.05")
+    fake.replay("v0.0.45", "unauthenticated", "GET", "nodes/")
+    fake.replay("v0.0.45", "nodes", "GET", "nodes/")
+    tokens = iter(["expired-token", "renewed-token"])
+    seen: list[str] = []
+    client = SlurmRestClient(
+        Connection(url="http://127.0.0.1:6820", token_source=lambda: next(tokens)),
+        opener=fake,
+        sleep=lambda _: None,
+        on_new_token=seen.append,
+    )
+    assert client.nodes()
+    sent = [r["headers"]["X-SLURM-USER-TOKEN"] for r in fake.sent("GET")]
+    assert sent == ["expired-token", "expired-token", "renewed-token"]
+    assert seen == ["expired-token", "renewed-token"]  # both kept out of the logs
+
+
+def test_a_source_that_gives_the_same_token_again_fails_as_before() -> None:
+    fake = FakeSlurmRestd("26.05")
+    fake.replay("v0.0.45", "unauthenticated", "GET", "nodes/")
+    client = SlurmRestClient(
+        Connection(url="http://127.0.0.1:6820", token_source=lambda: "stale-token"),
+        opener=fake,
+        sleep=lambda _: None,
+    )
+    with pytest.raises(SlurmAuthError, match="rejected the token"):
+        client.nodes()
+    assert len(fake.sent("GET")) == 2  # openapi and one try: the same token is not sent again
+
+
+def test_token_expiry_reads_the_exp_claim() -> None:
+    assert token_expiry(mint_token(KEY, "root", 300, now=1_000_000)) == 1_000_300
+    assert token_expiry("not-a-jwt") is None
+    assert token_expiry("a.!!!.c") is None
+    unsigned = base64.urlsafe_b64encode(b'{"sun":"slurm"}').decode().rstrip("=")
+    assert token_expiry(f"x.{unsigned}.y") is None

@@ -1,0 +1,571 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The handover's edges against the lab: outcomes and exit codes a script can trust, every
+setting and named node checked before the Lease, a slurmrestd outage and an expiring token
+ridden out, orphaned Slurm nodes and application pods on lent nodes reported.
+
+The same real apiserver, scheduler, controller-manager, Slinky operator and Slurm 26.05 as
+test_handover.py; the pool and its fixtures are in handover_pool.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+import typing as t
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from handover_pool import JOURNAL, POLICY, Pool
+from k8s_lab import NODES
+from slurm_lab import wait_until
+from slurm_pods import REST_ADDRESS
+
+pytest_plugins = ["k8s_fixtures", "handover_pool"]
+pytestmark = pytest.mark.integration
+
+NS = "slurm"
+LEASE = "hpcops-slinky-handover"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+STATUS_CONFIGMAP = "hpcops-slinky-handover-status"
+# Both failure codes of ansible-playbook a script sees: 2, a task failed.
+TASK_FAILED = 2
+
+
+# -- what runs record, and the Lease -----------------------------------------------------
+
+
+def records(pool: Pool) -> tuple[str, int]:
+    """What runs have recorded so far: the status ConfigMap's resourceVersion ("" when
+    there is none) and how many run Events it has."""
+    status, body = pool.lab.request("GET", f"/api/v1/namespaces/{NS}/configmaps/{STATUS_CONFIGMAP}")
+    version = body["metadata"]["resourceVersion"] if status == 200 else ""
+    events = pool.lab.get(
+        f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3D{STATUS_CONFIGMAP}"
+    )["items"]
+    return version, len(events)
+
+
+def hold_lease(pool: Pool, holder: str = "another-run", seconds: int = 300) -> None:
+    """The Lease as a live run elsewhere holds it."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    pool.lab.request("DELETE", f"{LEASES}/{LEASE}")
+    status, body = pool.lab.request(
+        "POST",
+        LEASES,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": seconds,
+                "acquireTime": now,
+                "renewTime": now,
+            },
+        },
+    )
+    assert status == 201, body
+
+
+def lease_exists(pool: Pool) -> bool:
+    return pool.lab.request("GET", f"{LEASES}/{LEASE}")[0] == 200
+
+
+@pytest.fixture
+def held_lease(clean_pool: Pool) -> Iterator[Pool]:
+    hold_lease(clean_pool)
+    yield clean_pool
+    clean_pool.lab.request("DELETE", f"{LEASES}/{LEASE}")
+
+
+def summary_of(path: Path) -> dict[str, t.Any]:
+    summary: dict[str, t.Any] = json.loads(path.read_text())
+    return summary
+
+
+# -- a slurmrestd that can go away -------------------------------------------------------
+
+
+class SwitchableProxy:
+    """A TCP proxy on 127.0.0.1 in front of the lab's real slurmrestd. `down()` closes it
+    and every connection through it (a client then gets "connection refused", as from a
+    slurmrestd that died); `up()` listens again on the same port."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._server: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def up(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def down(self) -> None:
+        with self._lock:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+            for conn in self._open:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self._open.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed by down()
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for conn in (source, sink):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def proxy() -> Iterator[SwitchableProxy]:
+    switch = SwitchableProxy(REST_ADDRESS)
+    switch.up()
+    yield switch
+    switch.down()
+
+
+# -- exit codes and outcomes -------------------------------------------------------------
+
+
+def test_a_named_run_that_finds_the_lease_held_fails_and_records_nothing(
+    held_lease: Pool, tmp_path: Path
+) -> None:
+    pool = held_lease
+    before = records(pool)
+    summary = tmp_path / "summary.json"
+    for playbook in ("lend", "reclaim"):
+        run = pool.playbook(playbook, handover_nodes=["int01"], handover_summary_path=str(summary))
+        assert run.returncode == TASK_FAILED, run.output
+        message = " ".join(run.failures())
+        assert message.startswith("lease_held: another-run holds the handover Lease"), message
+        assert "handover_lease_wait_s" in message
+        assert run.changed == 0
+        got = summary_of(summary)
+        assert (got["action"], got["outcome"], got["lease_holder"]) == (
+            playbook,
+            "lease_held",
+            "another-run",
+        )
+    # A scheduled rebalance that finds it held exits 0: the next one comes soon.
+    run = pool.playbook("rebalance", handover_summary_path=str(summary))
+    assert not run.failed, run.failures()
+    assert run.changed == 0
+    assert summary_of(summary)["outcome"] == "lease_held"
+    # Nothing recorded: the holder's summary stands; the node was not touched.
+    assert records(pool) == before
+    assert pool.journal("int01")["state"] == "free"
+    assert pool.marks("int01") == (False, False)
+
+
+def test_a_named_run_may_wait_for_the_lease(held_lease: Pool, tmp_path: Path) -> None:
+    pool = held_lease
+
+    def holder_ends() -> None:
+        time.sleep(6)
+        pool.lab.request("DELETE", f"{LEASES}/{LEASE}")
+
+    threading.Thread(target=holder_ends, daemon=True).start()
+    summary = tmp_path / "summary.json"
+    run = pool.playbook(
+        "lend",
+        handover_nodes=["int01"],
+        handover_lease_wait_s=90,
+        handover_summary_path=str(summary),
+    )
+    assert not run.failed, run.failures()
+    got = summary_of(summary)
+    assert (got["outcome"], got["lent"], got["nodes"]) == ("done", ["int01"], {"int01": "lent"})
+    assert pool.journal("int01")["state"] == "lent"
+
+
+def test_a_named_reclaim_that_ends_blocked_fails_with_its_outcome(
+    clean_pool: Pool, tmp_path: Path
+) -> None:
+    pool = clean_pool
+    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
+    job_id = pool.submit("int01", 600)
+    policy = {**POLICY, "partitions": {"backfill": {"grace_s": 2, "escalation": "wait"}}}
+    summary = tmp_path / "summary.json"
+    run = pool.playbook(
+        "reclaim",
+        handover_nodes=["int01"],
+        handover_policy=policy,
+        handover_summary_path=str(summary),
+    )
+    assert run.returncode == TASK_FAILED
+    message = " ".join(run.failures())
+    assert message.startswith("blocked: int01: jobs [") and "(asked to reclaim int01)" in message
+    got = summary_of(summary)
+    assert (got["outcome"], got["blocked"], got["short"]) == (
+        "blocked",
+        ["int01"],
+        {"int01": "blocked"},
+    )
+    assert pool.job(job_id)["job_state"] == ["RUNNING"]  # the policy holds: nothing killed
+    # The same state from a scheduled rebalance is its normal business: exit 0.
+    run = pool.playbook(
+        "rebalance",
+        handover_policy={**policy, "max_changes_per_run": 1},
+        handover_summary_path=str(summary),
+    )
+    assert not run.failed, run.failures()
+    assert summary_of(summary)["outcome"] == "blocked"
+
+
+# -- settings and named nodes, before the Lease ------------------------------------------
+
+NAMED = [
+    ("lend", ["svc01"], "handover_nodes[0]: svc01: not in the lendable pool"),
+    ("reclaim", ["svc01"], "handover_nodes[0]: svc01: not in the lendable pool"),
+    ("lend", ["gpu01"], "handover_nodes[0]: gpu01: matches never_touch_selector"),
+    ("reclaim", ["gpu01"], "handover_nodes[0]: gpu01: matches never_touch_selector"),
+    ("lend", ["int01", "nosuch"], "handover_nodes[1]: nosuch: no such Node"),
+    ("reclaim", ["int01", "nosuch"], "handover_nodes[1]: nosuch: no such Node"),
+    ("lend", [""], "handover_nodes[0]: '' is empty"),
+    ("reclaim", [""], "handover_nodes[0]: '' is empty"),
+    ("reclaim", ["int01", "int01"], "handover_nodes[1]: int01 is named twice"),
+]
+
+
+@pytest.mark.parametrize(
+    ("playbook", "nodes", "message"), NAMED, ids=[f"{p}-{n}" for p, n, _m in NAMED]
+)
+def test_named_nodes_a_run_cannot_own_are_refused_before_the_lease(
+    clean_pool: Pool, playbook: str, nodes: list[str], message: str
+) -> None:
+    assert_refused(clean_pool, playbook, {"handover_nodes": nodes}, message)
+
+
+BAD_POLICY = [
+    ("headroom", "two", "handover_policy.headroom: 'two' is not a whole number"),
+    ("headroom", -1, "handover_policy.headroom: -1 is negative"),
+    ("max_lent", -2, "handover_policy.max_lent: -2 is negative"),
+    ("max_lent", "many", "handover_policy.max_lent: 'many' is not a whole number"),
+    ("max_lent_fraction", 1.5, "handover_policy.max_lent_fraction: 1.5 is not between 0 and 1"),
+    ("max_lent_fraction", "most", "handover_policy.max_lent_fraction: 'most' is not a number"),
+    ("lend_min_idle_s", -5, "handover_policy.lend_min_idle_s: -5 is negative"),
+    (
+        "relend_cooldown_s",
+        "soon",
+        "handover_policy.relend_cooldown_s: 'soon' is not a whole number",
+    ),
+    ("max_changes_per_run", 0, "handover_policy.max_changes_per_run: 0 is below 1"),
+    ("pool_selector", {}, "handover_policy.pool_selector: is empty"),
+    (
+        "pool_selector",
+        "interactive",
+        "handover_policy.pool_selector: 'interactive' is not a mapping",
+    ),
+    (
+        "never_touch_selector",
+        ["gpu"],
+        "handover_policy.never_touch_selector: ['gpu'] is not a mapping",
+    ),
+    (
+        "demand_selector",
+        {"app": 5},
+        "handover_policy.demand_selector['app']: 5 is a number, not a string",
+    ),
+    ("demand_namespaces", {"a": 1}, "handover_policy.demand_namespaces: {'a': 1} is not a list"),
+    ("system_namespaces", [1], "handover_policy.system_namespaces[0]: 1 is not a string"),
+    ("partitions", ["backfill"], "handover_policy.partitions: ['backfill'] is not a mapping"),
+    (
+        "partitions",
+        {"backfill": {"grace_s": -1, "escalation": "requeue"}},
+        "handover_policy.partitions.backfill.grace_s: -1 is negative",
+    ),
+    (
+        "partitions",
+        {"backfill": {"grace_s": 60, "escalation": "kill"}},
+        "handover_policy.partitions.backfill.escalation: 'kill' is not a known escalation",
+    ),
+    (
+        "partitions",
+        {"backfill": {"grace": 60}},
+        "handover_policy.partitions.backfill.grace: is not a partition setting",
+    ),
+    (
+        "default_escalation",
+        "kill",
+        "handover_policy.default_escalation: 'kill' is not a known escalation",
+    ),
+    ("default_grace_s", -1, "handover_policy.default_grace_s: -1 is negative"),
+    ("headrom", 2, "handover_policy.headrom: is not a policy setting; did you mean headroom?"),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"), BAD_POLICY, ids=[f"{k}={v!r}" for k, v, _m in BAD_POLICY]
+)
+def test_every_policy_setting_is_checked_before_the_lease(
+    clean_pool: Pool, key: str, value: t.Any, message: str
+) -> None:
+    assert_refused(clean_pool, "rebalance", {"handover_policy": {**POLICY, key: value}}, message)
+
+
+def assert_refused(pool: Pool, playbook: str, extra: dict[str, t.Any], message: str) -> None:
+    """Refused before the Lease: exit 2, the message names the variable, nothing changed,
+    nothing recorded, no Lease taken, no node touched."""
+    before = records(pool)
+    run = pool.playbook(playbook, **extra)
+    assert run.returncode == TASK_FAILED, run.output
+    failures = " ".join(run.failures())
+    assert failures.startswith("invalid: ") and message in failures, failures
+    assert "Traceback" not in run.output
+    assert run.changed == 0
+    assert records(pool) == before
+    assert not lease_exists(pool)
+    for name in ("int01", "int02", "svc01", "gpu01"):
+        assert pool.marks(name) == (False, False), name
+        assert pool.journal(name)["state"] == "free", name
+
+
+def test_node_handover_refuses_for_reclaim_what_it_refuses_for_lend(clean_pool: Pool) -> None:
+    """The module on its own, too: the same refusal for both actions, not a node `free`."""
+    for action in ("lend", "reclaim"):
+        run = clean_pool.handover(action, ["svc01"])
+        assert run.failed
+        assert "svc01: refused: not in the lendable pool" in run["msg"], run
+        assert run["nodes"][0]["result"] == "refused"
+        run = clean_pool.handover(action, ["int01", " "])
+        assert run.failed and "nodes[1]: ' ' is empty" in run["msg"], run
+        assert run["nodes"] == []  # refused before any node was looked at
+
+
+# -- outages and tokens ------------------------------------------------------------------
+
+
+def test_a_reclaim_rides_out_a_slurmrestd_outage_within_its_grace(
+    clean_pool: Pool, proxy: SwitchableProxy
+) -> None:
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    job_id = pool.submit("int01", 25)
+    outage_s = 20.0  # longer than the client's own retries (about 7 s)
+
+    def outage() -> None:
+        time.sleep(3)
+        proxy.down()
+        time.sleep(outage_s)
+        proxy.up()
+
+    threading.Thread(target=outage, daemon=True).start()
+    started = time.monotonic()
+    run = pool.handover(
+        "reclaim",
+        ["int01"],
+        url=f"http://{proxy.address}",
+        policy={
+            "pool_selector": {"hpcops.io/pool": "interactive"},
+            **POLICY,
+            "partitions": {"backfill": {"grace_s": 90, "escalation": "requeue"}},
+        },
+    )
+    assert not run.failed, run
+    assert run["nodes"][0]["result"] == "free"
+    assert time.monotonic() - started > outage_s
+    # It said each time it waited, and the job had its grace: it ran to its end.
+    waits = [w for w in run.get("warnings", []) if "cannot reach slurmrestd" in w]
+    assert waits and all("before this step's deadline" in w for w in waits), run.get("warnings")
+    assert pool.job(job_id)["job_state"] == ["COMPLETED"]
+    pool.assert_clean("int01")
+
+
+TOKEN = "handover-edges"
+
+
+@pytest.fixture
+def short_lived_token(clean_pool: Pool) -> Iterator[dict[str, str]]:
+    """A Slinky Token whose JWT lives 15 s: the real operator renews it in its Secret when
+    four fifths of that have passed."""
+    secret = f"{TOKEN}-jwt"
+    clean_pool.lab.apply(
+        f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens",
+        {
+            "apiVersion": "slinky.slurm.net/v1beta1",
+            "kind": "Token",
+            "metadata": {"name": TOKEN},
+            "spec": {
+                "username": "slurm",
+                "lifetime": "15s",
+                "refresh": True,
+                "jwtKeyRef": {"name": "slurm-jwt-key", "key": "jwt_hs256.key"},
+                "secretRef": {"name": secret, "key": "auth-token"},
+            },
+        },
+    )
+    wait_until(
+        lambda: (
+            clean_pool.lab.request("GET", f"/api/v1/namespaces/{NS}/secrets/{secret}")[0] == 200
+        ),
+        60,
+        "the operator to write the Token's Secret",
+    )
+    yield {"namespace": NS, "name": secret, "key": "auth-token"}
+    clean_pool.lab.request(
+        "DELETE", f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens/{TOKEN}"
+    )
+    clean_pool.lab.request("DELETE", f"/api/v1/namespaces/{NS}/secrets/{secret}")
+
+
+def test_a_token_from_its_secret_is_read_again_when_it_expires_mid_run(
+    clean_pool: Pool, short_lived_token: dict[str, str]
+) -> None:
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    job_id = pool.submit("int01", 40)  # the reclaim waits for it, past two token lifetimes
+    started = time.monotonic()
+    run = pool.playbook(
+        "reclaim",
+        handover_nodes=["int01"],
+        handover_slurm_token_secret=short_lived_token,
+        handover_slurm_user="slurm",
+        handover_policy={
+            **POLICY,
+            "partitions": {"backfill": {"grace_s": 120, "escalation": "requeue"}},
+        },
+    )
+    assert not run.failed, run.failures()
+    assert time.monotonic() - started > 30
+    assert pool.job(job_id)["job_state"] == ["COMPLETED"]
+    pool.assert_clean("int01")
+
+
+def test_a_static_token_that_expires_before_a_run_may_end_is_warned_about(pool: Pool) -> None:
+    token = pool.slurm.token("root", lifespan=60)
+    run = pool.playbook("status", handover_slurm_token=token)
+    assert not run.failed, run.failures()
+    assert "WARNING: handover_slurm_token expires in" in run.output
+    assert token not in run.output
+
+
+def test_a_summary_after_a_failed_read_says_the_pool_is_unknown(
+    clean_pool: Pool, proxy: SwitchableProxy, tmp_path: Path
+) -> None:
+    """slurmrestd goes away after the lend, before the run reads the pool for its report."""
+    pool = clean_pool
+
+    def cut_after_the_lease() -> None:
+        wait_until(lambda: lease_exists(pool), 120, "the run to take the Lease")
+        wait_until(lambda: not lease_exists(pool), 300, "the run to release the Lease")
+        proxy.down()
+
+    threading.Thread(target=cut_after_the_lease, daemon=True).start()
+    summary = tmp_path / "summary.json"
+    run = pool.playbook(
+        "lend",
+        handover_nodes=["int01"],
+        handover_slurmrestd_url=f"http://{proxy.address}",
+        handover_summary_path=str(summary),
+    )
+    assert not run.failed, run.failures()  # the lend was done; only its report lacks the pool
+    got = summary_of(summary)
+    assert (got["outcome"], got["pool"], got["pool_nodes"]) == ("done", None, None)
+    assert got["warnings"][0].startswith("the pool could not be read after the run")
+    configmap = pool.lab.get(f"/api/v1/namespaces/{NS}/configmaps/{STATUS_CONFIGMAP}")
+    assert "(pool: unknown)" in configmap["data"]["summary"]
+    assert "(pool: empty)" not in run.output
+
+
+# -- orphans and intruders ---------------------------------------------------------------
+
+
+def restore_node(pool: Pool, name: str) -> None:
+    """The kwok Node again, as the lab made it."""
+    manifest = next(node.manifest() for node in NODES if node.name == name)
+    pool.lab.apply("/api/v1/nodes", manifest)
+    wait_until(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pool.node(name)["status"].get("conditions") or []
+        ),
+        60,
+        f"{name} to be Ready again",
+    )
+
+
+def test_a_lent_node_that_was_deleted_is_reported_then_its_slurm_node_cleaned(
+    clean_pool: Pool, tmp_path: Path
+) -> None:
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    pool.idle_slurm_node("int01")
+    try:
+        # The machine is retired while lent: its Node goes, the controller-manager's pod
+        # garbage collector removes the slurmd pod; the Slurm node stays in backfill.
+        status, body = pool.lab.request("DELETE", "/api/v1/nodes/int01")
+        assert status == 200, body
+        wait_until(lambda: not pool.slurmd_pods("int01"), 180, "the slurmd pod to be collected")
+        assert pool.slurm_node("int01") is not None
+
+        run = pool.playbook("status")
+        assert not run.failed, run.failures()
+        assert "orphaned Slurm node int01: no Kubernetes Node" in run.output
+        assert "rebalance.yml" in run.output
+
+        summary = tmp_path / "summary.json"
+        run = pool.playbook("rebalance", handover_summary_path=str(summary))
+        assert not run.failed, run.failures()
+        assert pool.slurm_node("int01") is None  # drained, idle, its record removed
+        assert summary_of(summary)["nodes"]["int01"] == "removed"
+        run = pool.playbook("status")
+        assert "orphaned Slurm node" not in run.output
+    finally:
+        restore_node(pool, "int01")
+    pool.lab.request(
+        "PATCH",
+        "/api/v1/nodes/int01",
+        {"metadata": {"annotations": {JOURNAL: None}}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def test_an_application_pod_on_a_lent_node_is_reported_with_what_to_do(clean_pool: Pool) -> None:
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    pool.app_pod("tolerant", {"kubernetes.io/hostname": "int01"}, cpu="1", tolerate_lent=True)
+    wait_until(lambda: pool.running_on("tolerant") == "int01", 30, "the pod to run on int01")
+    for playbook in ("status", "rebalance"):
+        run = pool.playbook(playbook, handover_policy={**POLICY, "max_changes_per_run": 1})
+        assert not run.failed, run.failures()
+        assert "application pod jupyterhub/tolerant runs on lent node int01 (lent)" in run.output
+        assert "remove that toleration from its workload, or reclaim the node" in run.output
