@@ -97,3 +97,20 @@ def test_release_and_check_mode(take: t.Callable[..., t.Any], k8s_lab: K8sLab) -
     released = take("run-b", state="released")
     assert (released["changed"], released["acquired"]) == (True, False)
     assert take("run-a")["decision"] == "create"
+
+
+def test_a_run_may_wait_for_the_holder_to_give_the_lease_back(
+    take: t.Callable[..., t.Any],
+) -> None:
+    take("run-a", duration_s=300)
+    held = take("run-b", wait_s=2, poll_interval_s=0.5)
+    assert (held["acquired"], held["holder"]) == (False, "run-a")
+    assert held["waited_s"] >= 2
+    # run-a gives it back while run-b waits: run-b gets it without waiting it out.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(take, "run-b", wait_s=60, poll_interval_s=0.5)
+        time.sleep(3)
+        take("run-a", state="released")
+        taken = waiting.result(timeout=90)
+    assert (taken["acquired"], taken["holder"], taken["decision"]) == (True, "run-b", "create")
+    assert 2 <= taken["waited_s"] < 30
