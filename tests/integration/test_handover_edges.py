@@ -11,6 +11,7 @@ test_handover.py; the pool and its fixtures are in handover_pool.py.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from handover_pool import JOURNAL, POLICY, Pool
+from handover_pool import JOURNAL, MERGE, POLICY, Pool
 from k8s_lab import NODES
 from slurm_lab import wait_until
 from slurm_pods import REST_ADDRESS
@@ -411,54 +412,56 @@ def test_a_reclaim_rides_out_a_slurmrestd_outage_within_its_grace(
     pool.assert_clean("int01")
 
 
-TOKEN = "handover-edges"
+TOKEN_SECRET = "handover-edges-jwt"
+TOKEN_LIFESPAN_S = 12
 
 
 @pytest.fixture
-def short_lived_token(clean_pool: Pool) -> Iterator[dict[str, str]]:
-    """A Slinky Token whose JWT lives 15 s: the real operator renews it in its Secret when
-    four fifths of that have passed."""
-    secret = f"{TOKEN}-jwt"
-    clean_pool.lab.apply(
-        f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens",
-        {
-            "apiVersion": "slinky.slurm.net/v1beta1",
-            "kind": "Token",
-            "metadata": {"name": TOKEN},
-            "spec": {
-                "username": "slurm",
-                "lifetime": "15s",
-                "refresh": True,
-                "jwtKeyRef": {"name": "slurm-jwt-key", "key": "jwt_hs256.key"},
-                "secretRef": {"name": secret, "key": "auth-token"},
-            },
-        },
-    )
-    wait_until(
-        lambda: (
-            clean_pool.lab.request("GET", f"/api/v1/namespaces/{NS}/secrets/{secret}")[0] == 200
-        ),
-        60,
-        "the operator to write the Token's Secret",
-    )
-    yield {"namespace": NS, "name": secret, "key": "auth-token"}
-    clean_pool.lab.request(
-        "DELETE", f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens/{TOKEN}"
-    )
-    clean_pool.lab.request("DELETE", f"/api/v1/namespaces/{NS}/secrets/{secret}")
+def renewed_token(clean_pool: Pool) -> Iterator[dict[str, str]]:
+    """A Secret with a slurmrestd JWT that lives 12 s, renewed every 8 s as a Slinky Token's
+    Secret is (the operator writes a new JWT when four fifths of its lifetime have passed).
+
+    The test renews it itself: Slinky 1.1.0's operator stops renewing a Token this
+    short-lived after a few rounds (measured in the lab), and a test must not hang on that.
+    """
+    path = f"/api/v1/namespaces/{NS}/secrets"
+    stop = threading.Event()
+
+    def write() -> None:
+        token = clean_pool.slurm.token("slurm", lifespan=TOKEN_LIFESPAN_S)
+        data = {"auth-token": base64.b64encode(token.encode()).decode()}
+        status, body = clean_pool.lab.request(
+            "PATCH", f"{path}/{TOKEN_SECRET}", {"data": data}, content_type=MERGE
+        )
+        if status == 404:
+            secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TOKEN_SECRET}}
+            status, body = clean_pool.lab.request("POST", path, {**secret, "data": data})
+        assert status in (200, 201), body
+
+    def renew() -> None:
+        while not stop.wait(TOKEN_LIFESPAN_S * 4 / 5 - 1.6):
+            write()
+
+    write()
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    yield {"namespace": NS, "name": TOKEN_SECRET, "key": "auth-token"}
+    stop.set()
+    renewer.join()
+    clean_pool.lab.request("DELETE", f"{path}/{TOKEN_SECRET}")
 
 
 def test_a_token_from_its_secret_is_read_again_when_it_expires_mid_run(
-    clean_pool: Pool, short_lived_token: dict[str, str]
+    clean_pool: Pool, renewed_token: dict[str, str]
 ) -> None:
     pool = clean_pool
     assert not pool.handover("lend", ["int01"]).failed
-    job_id = pool.submit("int01", 40)  # the reclaim waits for it, past two token lifetimes
+    job_id = pool.submit("int01", 40)  # the reclaim waits for it, past three token lifetimes
     started = time.monotonic()
     run = pool.playbook(
         "reclaim",
         handover_nodes=["int01"],
-        handover_slurm_token_secret=short_lived_token,
+        handover_slurm_token_secret=renewed_token,
         handover_slurm_user="slurm",
         handover_policy={
             **POLICY,
@@ -466,7 +469,7 @@ def test_a_token_from_its_secret_is_read_again_when_it_expires_mid_run(
         },
     )
     assert not run.failed, run.failures()
-    assert time.monotonic() - started > 30
+    assert time.monotonic() - started > 3 * TOKEN_LIFESPAN_S
     assert pool.job(job_id)["job_state"] == ["COMPLETED"]
     pool.assert_clean("int01")
 
@@ -556,7 +559,7 @@ def test_a_lent_node_that_was_deleted_is_reported_then_its_slurm_node_cleaned(
         "PATCH",
         "/api/v1/nodes/int01",
         {"metadata": {"annotations": {JOURNAL: None}}},
-        content_type="application/merge-patch+json",
+        content_type=MERGE,
     )
 
 

@@ -169,14 +169,26 @@ class PodRunner:
             if not pod["metadata"].get("deletionTimestamp")
         }
 
+    def node_names(self) -> set[str]:
+        return {node["metadata"]["name"] for node in self.lab.get("/api/v1/nodes")["items"]}
+
     def sync(self) -> None:
         wanted = self.wanted_pods()
+        # A deleted Node is a machine that is gone: no kubelet runs a preStop hook or stops
+        # its pods cleanly, they just end (as when the power goes), until the pod garbage
+        # collector deletes the pod objects.
+        nodes = self.node_names()
+        machine_gone = {
+            uid for uid, manifest in wanted.items() if manifest["spec"].get("nodeName") not in nodes
+        }
         hosts_changed = False
-        for uid in [uid for uid in self.pods if uid not in wanted]:
+        for uid in [uid for uid in self.pods if uid not in wanted or uid in machine_gone]:
             pod = self.pods.pop(uid)
-            self.stop(pod)
+            self.stop(pod, hooks=uid not in machine_gone)
             hosts_changed |= pod.slurm is not None
         for uid, manifest in wanted.items():
+            if uid in machine_gone:
+                continue
             if uid not in self.pods:
                 try:
                     spec = self.spec_for(manifest)
@@ -235,9 +247,19 @@ class PodRunner:
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
         log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")
 
-    def stop(self, pod: RunningPod) -> None:
+    def stop(self, pod: RunningPod, *, hooks: bool = True) -> None:
         process = pod.process
-        if pod.slurm and pod.slurm.pre_stop and process is not None and process.poll() is None:
+        if not hooks and process is not None and process.poll() is None:
+            process.kill()  # the machine is gone: no hook, no grace
+            process.wait()
+            log(f"{pod.name}: its Node is gone; killed pid {process.pid} without its preStop hook")
+        if (
+            hooks
+            and pod.slurm
+            and pod.slurm.pre_stop
+            and process is not None
+            and process.poll() is None
+        ):
             hook = pod.slurm.exec(*pod.slurm.pre_stop, timeout=STOP_GRACE_S)
             log(f"{pod.name}: preStop hook exited with {hook.returncode} {hook.stderr.strip()}")
         if process is not None and process.poll() is None:
