@@ -57,7 +57,8 @@ TOKEN_SECRET_MUTUALLY_EXCLUSIVE = [
 
 def token_secret_argument_spec() -> dict[str, dict[str, t.Any]]:
     """The token_secret option (doc fragment hpcops.slinky.slurmrestd.FROM_CLUSTER)."""
-    return {"token_secret": secret_ref_spec("auth-token")}
+    # A reference to the Secret, not the token: nothing to hide in it.
+    return {"token_secret": {**secret_ref_spec("auth-token"), "no_log": False}}
 
 
 def token_from_secret(client: t.Any, ref: t.Mapping[str, str]) -> t.Callable[[], str]:

@@ -131,7 +131,7 @@ class SwitchableProxy:
     def _accept(self, server: socket.socket) -> None:
         while True:
             try:
-                client, _ = server.accept()
+                client, _peer = server.accept()
             except OSError:
                 return  # closed by down()
             try:

@@ -57,7 +57,7 @@ def patient(fake: FakeSlurmRestd, clock: Clock) -> PatientSlurm:
 
 def test_an_outage_shorter_than_the_deadline_is_waited_out_with_a_note_each_time() -> None:
     fake, clock = FakeSlurmRestd("26.05"), Clock()
-    for _ in range(4):
+    for _refusal in range(4):
         fake.fail("GET", f"/slurm/{VERSION}/node/cpu02", REFUSED)
     fake.replay(VERSION, "node_cpu02", "GET", "node/cpu02")
     slurm = patient(fake, clock)
