@@ -39,6 +39,10 @@ def k8s_lab(request: pytest.FixtureRequest) -> Iterator[K8sLab]:
                 lab.up()
         except LabError as err:
             pytest.fail(f"Kubernetes lab did not come up: {err}", pytrace=False)
+    else:
+        # A lab another checkout started: this checkout's .lab/ (kubeconfig, helm, the
+        # charts inventories/lab installs) may not exist yet.
+        lab.write_client_files()
     yield lab
     if started:
         lab.down()
