@@ -34,7 +34,7 @@ NS = "slurm"
 LEASE = "hpcops-slinky-handover"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 STATUS_CONFIGMAP = "hpcops-slinky-handover-status"
-# Both failure codes of ansible-playbook a script sees: 2, a task failed.
+# ansible-playbook's exit code when a task failed: what every refused or unfinished run gives.
 TASK_FAILED = 2
 
 
