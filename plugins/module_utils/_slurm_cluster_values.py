@@ -670,6 +670,7 @@ def build_values(
     conf.update(mcs_settings(str(settings.get("mcs", "none")), accounting, release))
     conf.update(_mapping(settings.get("slurm_conf"), "slurm_cluster_slurm_conf"))
 
+    logfile_image = _mapping(settings.get("logfile_image"), "slurm_cluster_logfile_image")
     jwt_secret = _mapping(settings.get("jwt_secret"), "slurm_cluster_jwt_secret")
     values: dict[str, t.Any] = {
         "clusterName": settings.get("name", "slurm"),
@@ -698,4 +699,7 @@ def build_values(
         "nodesets": nodesets,
         "partitions": partitions,
     }
+    if logfile_image:
+        # slurmctld's log sidecar: the chart's default (alpine:latest) is not pinned.
+        values["controller"]["logfile"] = {"image": dict(logfile_image)}
     return values

@@ -271,3 +271,13 @@ def test_bad_chart_sources(source: t.Any, message: str) -> None:
         chart_args(source, "1.1.0", "slurm_cluster_chart")
     assert err.value.variable == "slurm_cluster_chart"
     assert "exactly one of" in str(err.value)
+
+
+def test_every_log_sidecar_uses_the_site_image() -> None:
+    """The chart's slurmctld log sidecar defaults to alpine:latest: unpinned, not mirrored."""
+    mirror = {"repository": "mirror.site/library/busybox", "tag": "1.38"}
+    values = build_values({**SETTINGS, "logfile_image": mirror}, NODES)
+    assert values["controller"]["logfile"] == {"image": mirror}
+    assert "logfile" not in build_values(SETTINGS, NODES)["controller"]
+    with pytest.raises(ConfigError, match="slurm_cluster_logfile_image"):
+        build_values({**SETTINGS, "logfile_image": "busybox"}, NODES)

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Host, pod and job state of the kind scenario; molecule's verify runs this with pytest.
+
+The nodes are kind's containers (testinfra's docker backend), the Slurm daemons run in the
+pods Slinky's operator made (testinfra's kubectl backend), and the jobs go through
+slurmrestd with a token the operator minted (a Slinky Token made by verify_kind.yml).
+What the jobs report about their own cgroups is the answer to the seeds' question whether
+Slurm's cgroup plugins work inside a slurmd pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+import testinfra
+
+NAMESPACE = os.environ.get("HPCOPS_KIND_SLURM_NAMESPACE", "slurm")
+SLURMRESTD = os.environ.get("HPCOPS_KIND_SLURMRESTD", "")
+TOKEN_SECRET = os.environ.get("HPCOPS_KIND_TOKEN_SECRET", "")
+API = "v0.0.44"
+SLURM_POOL = "slurm"
+MIB = 1024 * 1024
+
+pytestmark = pytest.mark.skipif(
+    not (SLURMRESTD and TOKEN_SECRET), reason="run by molecule verify (molecule/shared/verify_kind.yml)"
+)
+
+
+def kubectl_json(*args: str) -> Any:
+    out = subprocess.run(["kubectl", *args, "-o", "json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def token() -> str:
+    secret = kubectl_json("get", "secret", "-n", NAMESPACE, TOKEN_SECRET)
+    return base64.b64decode(secret["data"]["auth-token"]).decode()
+
+
+def slurmrestd(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    request = urllib.request.Request(  # noqa: S310 - the scenario's own slurmrestd
+        f"{SLURMRESTD}/slurm/{API}/{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"X-SLURM-USER-TOKEN": token(), "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        answer: dict[str, Any] = json.load(response)
+    return answer
+
+
+def slurmd_pods() -> list[dict[str, Any]]:
+    pods = kubectl_json("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=slurmd")["items"]
+    nodes = {n["metadata"]["name"]: n for n in kubectl_json("get", "nodes")["items"]}
+    return [
+        pod
+        for pod in pods
+        if nodes[pod["spec"]["nodeName"]]["metadata"]["labels"].get("hpcops.io/pool") == SLURM_POOL
+    ]
+
+
+@pytest.fixture(scope="module")
+def slurmd_pod() -> dict[str, Any]:
+    pods = slurmd_pods()
+    assert pods, f"no slurmd pod on a node of pool {SLURM_POOL}"
+    return pods[0]
+
+
+def pod_host(pod: dict[str, Any]) -> Any:
+    return testinfra.get_host(f"kubectl://{pod['metadata']['name']}?container=slurmd&namespace={NAMESPACE}")
+
+
+def node_host(pod: dict[str, Any]) -> Any:
+    return testinfra.get_host(f"docker://{pod['spec']['nodeName']}")
+
+
+def submit(name: str, script: str, memory_mib: int) -> int:
+    answer = slurmrestd(
+        "POST",
+        "job/submit",
+        {
+            "job": {
+                "name": name,
+                "partition": "batch",
+                "cpus_per_task": 1,
+                "memory_per_node": {"set": True, "number": memory_mib},
+                "current_working_directory": "/tmp",
+                "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+                "standard_output": "/tmp/hpcops-%j.out",
+                "script": script,
+            }
+        },
+    )
+    assert not answer.get("errors"), answer["errors"]
+    return int(answer["job_id"])
+
+
+def job(job_id: int) -> dict[str, Any]:
+    jobs: list[dict[str, Any]] = slurmrestd("GET", f"job/{job_id}")["jobs"]
+    return jobs[0]
+
+
+def wait_for_state(job_id: int, wanted: set[str], timeout_s: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = job(job_id)
+        if set(record["job_state"]) & wanted:
+            return record
+        assert time.monotonic() < deadline, f"job {job_id} still {record['job_state']} after {timeout_s:.0f} s"
+        time.sleep(1)
+
+
+def test_slurmd_runs_as_a_container_on_the_slurm_worker(slurmd_pod: dict[str, Any]) -> None:
+    node = node_host(slurmd_pod)
+    running = node.check_output("crictl ps --state running --name '^slurmd$' --quiet")
+    assert running.strip(), f"no running slurmd container on {slurmd_pod['spec']['nodeName']}"
+    assert node.service("kubelet").is_running
+
+
+def test_slurmd_sees_a_writable_cgroup_hierarchy(slurmd_pod: dict[str, Any]) -> None:
+    pod = pod_host(slurmd_pod)
+    kind = pod.check_output("stat -fc %T /sys/fs/cgroup")
+    if kind == "tmpfs":  # cgroup v1: one mount per controller
+        for controller in ("memory", "cpuset", "freezer", "devices"):
+            options = pod.check_output(f"findmnt -n -o OPTIONS /sys/fs/cgroup/{controller}")
+            assert options.split(",")[0] == "rw", f"/sys/fs/cgroup/{controller} is {options}"
+    else:
+        assert kind == "cgroup2fs", f"/sys/fs/cgroup is {kind}"
+        assert pod.check_output("findmnt -n -o OPTIONS /sys/fs/cgroup").split(",")[0] == "rw"
+
+
+LIMITS_SCRIPT = """#!/bin/bash
+# Report this job's own cgroup limits, then stay long enough to be found from the node.
+v1() { cat /sys/fs/cgroup/$1/slurm*/uid_*/job_${SLURM_JOB_ID}/$2; }
+if [ "$(stat -fc %T /sys/fs/cgroup)" = tmpfs ]; then
+  echo "memory=$(v1 memory memory.limit_in_bytes)"
+  echo "memsw=$(v1 memory memory.memsw.limit_in_bytes)"
+  echo "cpus=$(v1 cpuset cpuset.cpus)"
+else
+  job=$(sed -n 's/^0:://p' /proc/self/cgroup | sed 's,/step_.*,,')
+  echo "memory=$(cat /sys/fs/cgroup$job/memory.max)"
+  echo "memsw=$(( $(cat /sys/fs/cgroup$job/memory.max) + $(cat /sys/fs/cgroup$job/memory.swap.max) ))"
+  echo "cpus=$(cat /sys/fs/cgroup$job/cpuset.cpus.effective)"
+fi
+echo "cgroup=$(grep -m1 -E 'memory|^0::' /proc/self/cgroup)"
+sleep 20
+"""
+
+
+def test_a_job_runs_under_the_limits_cgroup_conf_asks_for(slurmd_pod: dict[str, Any]) -> None:
+    job_id = submit("hpcops-limits", LIMITS_SCRIPT, memory_mib=100)
+    record = wait_for_state(job_id, {"RUNNING", "COMPLETED", "FAILED"})
+    assert "RUNNING" in record["job_state"], record["job_state"]
+    pods = {pod["spec"]["hostname"]: pod for pod in slurmd_pods()}
+    pod = pods[record["nodes"]]
+    # From the node, the job's cgroup sits inside the slurmd container's, under the kubelet's.
+    found = node_host(pod).check_output(f"find /sys/fs/cgroup/memory -type d -name job_{job_id}")
+    assert "kubelet" in found and f"job_{job_id}" in found, found
+    record = wait_for_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"})
+    assert "COMPLETED" in record["job_state"], record["job_state"]
+    output = pod_host(pod).check_output(f"cat /tmp/hpcops-{job_id}.out")
+    report = dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+    print(f"job {job_id} on {record['nodes']}: {report}; node cgroup {found}")
+    assert int(report["memory"]) == 100 * MIB, report
+    assert int(report["memsw"]) == 100 * MIB, report  # ConstrainSwapSpace, AllowedSwapSpace=0
+    assert report["cpus"].isdigit(), f"one CPU asked for, cpuset {report['cpus']}"
+
+
+def test_a_job_over_its_memory_is_killed_by_the_kernel() -> None:
+    script = "#!/bin/bash\ngawk 'BEGIN { x = sprintf(\"%300000000s\", \"\"); print length(x) }'\n"
+    job_id = submit("hpcops-oom", script, memory_mib=100)
+    record = wait_for_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"})
+    assert "OUT_OF_MEMORY" in record["job_state"], record["job_state"]

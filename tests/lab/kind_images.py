@@ -1,0 +1,708 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Every image the kind scenarios run, built on this machine: no registry is reachable here.
+
+Sources: Debian root filesystems (debootstrap from the host's mirror) and the lab's Go
+module builds (``k8s_binaries.py``).  Nothing is pulled.  Each image is ``tar | docker
+import``: one layer, its entrypoint and user set with ``--change``; a label records the
+recipe it was built from, so ``build`` rebuilds only what changed.
+
+* ``hpcops.local/k8s/*`` (kubeadm's ``imageRepository``): kube-apiserver,
+  kube-controller-manager, kube-scheduler, kube-proxy (Kubernetes v1.36.2, the lab's
+  builds), etcd 3.6.8, CoreDNS 1.14.2, and a pause of our own (``kind/pause.go``).  They
+  are baked into the node image as archives and imported before the kubelet starts
+  (``kind/hpcops-preload.service``).
+* ``hpcops.local/kind-node:v1.36.2``: bookworm (its systemd 252 runs on this cgroup v1
+  host; newer ones refuse) with Debian's containerd, runc and CNI plugins, and kind's own
+  files, read from kind's Go module at build time (not kept in this repository).
+* ``hpcops.local/slinky/{slurmctld,slurmd,slurmrestd}:<slurm>-debian-forky``: Slurm 26.05
+  from Debian forky, honouring what the Slinky operator v1.1 expects of its images (users,
+  paths, arguments: see ``kind/slurmd-entrypoint.sh``).
+* ``hpcops.local/slinky/slurm-operator:1.1.0``: the lab's operator build; and
+  ``hpcops.local/library/busybox`` for the chart's log sidecars.
+
+CLI::
+
+    python3 tests/lab/kind_images.py build [--only NAME ...]   # what is missing or stale
+    python3 tests/lab/kind_images.py list                      # references; 1 if one is missing
+    python3 tests/lab/kind_images.py push REGISTRY             # copy them to a site's mirror
+
+Progress and times go to stderr; ``$HPCOPS_LAB_CACHE/kind`` keeps the root filesystems and
+``build-times.json``.  Needs root and a running dockerd (``docker_engine.py up``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import k8s_binaries
+from docker_engine import DOCKER
+from slurm_lab import LabError, debian_mirror, remove_tree
+
+CACHE_DIR = k8s_binaries.CACHE_DIR / "kind"
+ROOTS_DIR = CACHE_DIR / "roots"
+LOG_DIR = CACHE_DIR / "logs"
+BUILD_TIMES = CACHE_DIR / "build-times.json"
+ASSETS = Path(__file__).with_name("kind")
+RECIPE_LABEL = "io.hpcops.recipe"
+
+REGISTRY = "hpcops.local"
+KUBERNETES_REPOSITORY = f"{REGISTRY}/k8s"
+KUBERNETES_VERSION = k8s_binaries.KUBERNETES_VERSION
+# The tags kubeadm v1.36.2 asks for (cmd/kubeadm/app/constants).
+ETCD_TAG = k8s_binaries.KUBEADM_ETCD_VERSION.lstrip("v") + "-0"
+PAUSE_TAG = "3.10.2"
+NODE_IMAGE = f"{REGISTRY}/kind-node:{KUBERNETES_VERSION}"
+SLURM_REPOSITORY = f"{REGISTRY}/slinky"
+SLURM_SUITE = "forky"
+SLINKY_VERSION = k8s_binaries.SLINKY_OPERATOR_VERSION.lstrip("v")
+BUSYBOX_IMAGE = f"{REGISTRY}/library/busybox:1.38"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# What kind's base image installs (images/base/Dockerfile), less NFS, iSCSI and FUSE, plus
+# the container runtime and CNI plugins it builds from source and Debian packages.
+NODE_PACKAGES = [
+    "systemd",
+    "conntrack",
+    "iptables",
+    "nftables",
+    "iproute2",
+    "ethtool",
+    "util-linux",
+    "mount",
+    "kmod",
+    "libseccomp2",
+    "pigz",
+    "e2fsprogs",
+    "bash",
+    "ca-certificates",
+    "curl",
+    "jq",
+    "procps",
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+]
+KUBE_PROXY_PACKAGES = ("iptables", "nftables", "conntrack")
+SLURM_PACKAGES = [
+    "slurmctld",
+    "slurmd",
+    "slurmrestd",
+    "slurm-client",
+    "slurm-wlm-jwt-plugin",
+    "tini",
+    "hostname",
+    "procps",
+    "gawk",
+    "ca-certificates",
+]
+# Our own entrypoints (tests/lab/kind/), installed in /usr/local/bin.
+SLURM_SCRIPTS = ("slurmd-entrypoint.sh", "hold-log-fifos.sh")
+# The Slinky operator runs slurmctld as uid/gid 401 (SlurmUser=slurm); Debian's package would
+# create `slurm` as 64030, so the user exists before the packages are installed.
+SLURM_UID = 401
+SLURMRESTD_UID = 65534  # nobody, as the operator runs slurmrestd
+JOB_USERS = {"alice": 2001, "bob": 2002}
+# kind's files, read from its module: (path in the module's images/base/files, mode).
+KIND_FILES = {
+    "usr/local/bin/entrypoint": 0o755,
+    "usr/local/bin/clean-install": 0o755,
+    "kind/bin/mount-product-files.sh": 0o755,
+    "kind/bin/undo-mount-hacks.sh": 0o755,
+    "kind/bin/create-kubelet-cgroup-v2.sh": 0o755,
+    "etc/crictl.yaml": 0o644,
+    "etc/default/kubelet": 0o644,
+    "etc/sysctl.d/10-network-magic.conf": 0o644,
+    "etc/sysctl.d/10-network-security.conf": 0o644,
+    "etc/containerd/config.toml": 0o644,
+    "etc/systemd/system/containerd.service": 0o644,
+    "etc/systemd/system/kubelet.service": 0o644,
+    "etc/systemd/system/kubelet.slice": 0o644,
+    "etc/systemd/system/undo-mount-hacks.service": 0o644,
+    "etc/systemd/system/kubelet.service.d/10-kubeadm.conf": 0o644,
+    "etc/systemd/system/kubelet.service.d/11-kind.conf": 0o644,
+}
+
+
+def log(message: str) -> None:
+    print(f"[kind-images] {message}", file=sys.stderr, flush=True)
+
+
+def run_logged(cmd: Sequence[str], log_path: Path, **kwargs: object) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    with log_path.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        code = subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False, **kwargs
+        ).returncode
+    if code != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-6:]
+        raise LabError(
+            f"{' '.join(cmd[:4])}... failed ({code}); see {log_path}:\n  " + "\n  ".join(tail)
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Root filesystems
+# --------------------------------------------------------------------------------------
+
+
+def debootstrap(suite: str, target: Path, log_path: Path, include: Sequence[str] = ()) -> None:
+    cmd = ["debootstrap", "--variant=minbase"]
+    if include:
+        cmd.append("--include=" + ",".join(include))
+    cmd += [suite, str(target), debian_mirror()]
+    if not Path(f"/usr/share/debootstrap/scripts/{suite}").exists():
+        cmd.append("/usr/share/debootstrap/scripts/sid")  # the host's debootstrap predates forky
+    run_logged(cmd, log_path)
+    # Testing suites may serve a Release file past its Valid-Until date.
+    (target / "etc/apt/apt.conf.d/99hpcops").write_text('Acquire::Check-Valid-Until "false";\n')
+    # Package scripts must not start daemons while the root is built.
+    policy = target / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+
+
+def in_root(root: Path, log_path: Path, *cmd: str) -> None:
+    run_logged(["chroot", str(root), *cmd], log_path)
+
+
+def apt_install(root: Path, log_path: Path, packages: Sequence[str]) -> None:
+    in_root(root, log_path, "apt-get", "-q", "-y", "update")
+    in_root(root, log_path, "apt-get", "-q", "-y", "install", "--no-install-recommends", *packages)
+    in_root(root, log_path, "apt-get", "clean")
+    shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
+    (root / "var/lib/apt/lists/partial").mkdir(parents=True)
+
+
+def cached_root(name: str, recipe: str, build: Callable[[Path, Path], None]) -> Path:
+    """A root filesystem under ROOTS_DIR, rebuilt when its recipe string changes."""
+    root = ROOTS_DIR / name
+    stamp = ROOTS_DIR / f"{name}.recipe"
+    if root.exists() and stamp.exists() and stamp.read_text() == recipe:
+        return root
+    ROOTS_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"root-{name}.log"
+    log_path.unlink(missing_ok=True)
+    log(f"  root filesystem {name} (log: {log_path})")
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=ROOTS_DIR))
+    scratch.chmod(0o755)
+    try:
+        build(scratch, log_path)
+        if root.exists():
+            remove_tree(root)
+        scratch.rename(root)
+    except BaseException:
+        remove_tree(scratch)
+        raise
+    stamp.write_text(recipe)
+    return root
+
+
+def root_recipe(root: Path) -> str:
+    return (ROOTS_DIR / f"{root.name}.recipe").read_text()
+
+
+def bookworm_base() -> Path:
+    """bookworm minbase with the packet filter tools: kube-proxy's base and the node's."""
+
+    def build(root: Path, log_path: Path) -> None:
+        debootstrap("bookworm", root, log_path, KUBE_PROXY_PACKAGES)
+
+    return cached_root("bookworm-base", f"1 {' '.join(KUBE_PROXY_PACKAGES)}", build)
+
+
+def slurm_root() -> Path:
+    def build(root: Path, log_path: Path) -> None:
+        debootstrap(SLURM_SUITE, root, log_path)
+        in_root(root, log_path, "groupadd", "--gid", str(SLURM_UID), "slurm")
+        in_root(
+            root, log_path, "useradd", "--uid", str(SLURM_UID), "--gid", str(SLURM_UID),
+            "--system", "--no-create-home", "--home-dir", "/var/lib/slurm",
+            "--shell", "/usr/sbin/nologin", "slurm",
+        )  # fmt: skip
+        apt_install(root, log_path, SLURM_PACKAGES)
+        for user, uid in JOB_USERS.items():
+            in_root(
+                root, log_path, "useradd", "--user-group", "--create-home", "--uid", str(uid), user
+            )
+        for path in ("var/spool/slurmd", "var/spool/slurmctld", "run/slurm", "var/log/slurm"):
+            (root / path).mkdir(parents=True, exist_ok=True)
+        shutil.chown(root / "var/spool/slurmctld", SLURM_UID, SLURM_UID)
+        for script in SLURM_SCRIPTS:
+            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
+            (root / "usr/local/bin" / script).chmod(0o755)
+
+    digest = hashlib.sha256(b"".join((ASSETS / s).read_bytes() for s in SLURM_SCRIPTS)).hexdigest()[:12]
+    return cached_root(f"{SLURM_SUITE}-slurm", f"1 {' '.join(SLURM_PACKAGES)} {digest}", build)
+
+
+def slurm_version(root: Path) -> str:
+    """The Slurm version of the root's slurmctld package, e.g. 26.05.5."""
+    proc = subprocess.run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f", "${Version}", "slurmctld"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return proc.stdout.split("-")[0]
+
+
+def kind_module() -> Path:
+    return Path(
+        k8s_binaries.go_mod_download(f"sigs.k8s.io/kind@{k8s_binaries.KIND_VERSION}")["Dir"]
+    )
+
+
+def node_root() -> Path:
+    """bookworm with systemd, containerd and the kubelet, laid out as kind's base image."""
+
+    def build(root: Path, log_path: Path) -> None:
+        run_logged(["cp", "-a", f"{bookworm_base()}/.", str(root)], log_path)
+        apt_install(root, log_path, NODE_PACKAGES)
+        files = kind_module() / "images/base/files"
+        for relative, mode in KIND_FILES.items():
+            target = root / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(files / relative, target)
+            target.chmod(mode)
+        configure_node(root, log_path)
+
+    binaries = k8s_binaries.ensure(["kubelet", "kubeadm", "kubectl", "crictl"])
+    recipe = "4 " + " ".join(NODE_PACKAGES) + " " + " ".join(str(p) for p in binaries.values())
+    recipe += (
+        " " + hashlib.sha256((ASSETS / "hpcops-preload.service").read_bytes()).hexdigest()[:12]
+    )
+
+    def build_with_binaries(root: Path, log_path: Path) -> None:
+        build(root, log_path)
+        for name in ("kubelet", "kubeadm", "kubectl"):
+            shutil.copyfile(binaries[name], root / "usr/bin" / name)
+            (root / "usr/bin" / name).chmod(0o755)
+        shutil.copyfile(binaries["crictl"], root / "usr/local/bin/crictl")
+        (root / "usr/local/bin/crictl").chmod(0o755)
+
+    return cached_root("bookworm-node", recipe, build_with_binaries)
+
+
+def configure_node(root: Path, log_path: Path) -> None:
+    """kind's base image steps (images/base/Dockerfile), adapted to Debian's runtime."""
+    systemd = root / "lib/systemd/system"
+    for path in (systemd / "sysinit.target.wants").glob("systemd-tmpfiles-setup.service"):
+        path.unlink()
+    for wants in ("multi-user", "local-fs", "basic"):
+        for path in (systemd / f"{wants}.target.wants").glob("*"):
+            path.unlink()
+    for pattern in ("*udev*", "*initctl*"):
+        for path in (systemd / "sockets.target.wants").glob(pattern):
+            path.unlink()
+    for path in (root / "etc/systemd/system").glob("*.wants/*"):
+        path.unlink()
+    with (root / "etc/systemd/journald.conf").open("a") as journald:
+        journald.write("ReadKMsg=no\n")
+    init = root / "sbin/init"
+    if init.exists() or init.is_symlink():
+        init.unlink()
+    init.symlink_to("/usr/lib/systemd/systemd")
+    # kind's units run the runtime from /usr/local/bin and the CNI plugins from /opt/cni/bin.
+    (root / "usr/local/bin/containerd").symlink_to("/usr/bin/containerd")
+    (root / "opt/cni").mkdir(parents=True, exist_ok=True)
+    (root / "opt/cni/bin").symlink_to("/usr/lib/cni")
+    containerd_config(root / "etc/containerd/config.toml")
+    spec = subprocess.run(
+        ["chroot", str(root), "ctr", "oci", "spec"], capture_output=True, text=True, check=True
+    ).stdout
+    base = json.loads(spec)
+    base.setdefault("hooks", {}).setdefault("createContainer", []).append(
+        {"path": "/kind/bin/mount-product-files.sh"}
+    )
+    base["process"].pop("rlimits", None)
+    (root / "etc/containerd/cri-base.json").write_text(json.dumps(base, indent=2) + "\n")
+    shutil.copyfile(
+        ASSETS / "hpcops-preload.service", root / "etc/systemd/system/hpcops-preload.service"
+    )
+    dropin = root / "etc/systemd/system/kubelet.service.d/20-hpcops-preload.conf"
+    # The kubelet starts only once the images are in: kubeadm's static pods need them.
+    dropin.write_text("[Unit]\nRequires=hpcops-preload.service\nAfter=hpcops-preload.service\n")
+    for unit in (
+        "kubelet.service",
+        "containerd.service",
+        "undo-mount-hacks.service",
+        "hpcops-preload.service",
+    ):
+        in_root(root, log_path, "systemctl", "enable", unit)
+    in_root(root, log_path, "systemctl", "mask", "systemd-binfmt.service")
+    (root / "etc/kubernetes/manifests").mkdir(parents=True, exist_ok=True)
+    (root / "kind").mkdir(exist_ok=True)
+    (root / "kind/version").write_text(f"{KUBERNETES_VERSION}\n")
+
+
+def containerd_config(path: Path) -> None:
+    """kind's containerd configuration, changed where this machine or Debian need it."""
+    text = path.read_text()
+    # No FUSE here, and rootless kind is not what the scenarios run.
+    start = text.index("[proxy_plugins]")
+    end = text.index("[plugins.", start)
+    text = text[:start] + text[end:]
+    replacements = {
+        # Lowering a sandbox's OOM score needs CAP_SYS_RESOURCE, which this host lacks.
+        "restrict_oom_score_adj = false": "restrict_oom_score_adj = true",
+        'sandbox_image = "registry.k8s.io/pause:3.10"': f'sandbox_image = "{KUBERNETES_REPOSITORY}/pause:{PAUSE_TAG}"',
+    }
+    for old, new in replacements.items():
+        if old not in text:
+            raise LabError(
+                f"kind's containerd config no longer has {old!r}: update containerd_config()"
+            )
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+# --------------------------------------------------------------------------------------
+# Images
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Image:
+    """One image: how to fill its root, and what `docker import` sets."""
+
+    key: str
+    ref: str
+    fill: Callable[[Path], None]
+    inputs: Callable[[], str]
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    user: str = ""
+    env: tuple[str, ...] = (PATH_ENV,)
+    # Baked into the node image (the control plane's own images).
+    preload: bool = False
+    revision: int = 1
+
+    def recipe(self) -> str:
+        text = json.dumps(
+            [self.revision, self.ref, self.inputs(), self.entrypoint, self.cmd, self.user, self.env]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([DOCKER, *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"docker {' '.join(args[:3])}: {proc.stderr.strip()[:400]}")
+    return proc
+
+
+def built_recipe(ref: str) -> str | None:
+    proc = docker(
+        "image", "inspect", "-f", f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}', ref, check=False
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def docker_import(image: Image, root: Path, recipe: str, log_path: Path) -> None:
+    changes = [f"LABEL {RECIPE_LABEL}={recipe}"]
+    changes += [f"ENV {env}" for env in image.env]
+    if image.entrypoint:
+        changes.append(f"ENTRYPOINT {json.dumps(list(image.entrypoint))}")
+    if image.cmd:
+        changes.append(f"CMD {json.dumps(list(image.cmd))}")
+    if image.user:
+        changes.append(f"USER {image.user}")
+    cmd = [DOCKER, "import"]
+    for change in changes:
+        cmd += ["--change", change]
+    cmd += ["-", image.ref]
+    with log_path.open("a") as out:
+        tar = subprocess.Popen(
+            ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-c", "."],
+            stdout=subprocess.PIPE, stderr=out,
+        )  # fmt: skip
+        code = subprocess.run(
+            cmd, stdin=tar.stdout, stdout=out, stderr=subprocess.STDOUT, check=False
+        ).returncode
+        assert tar.stdout is not None
+        tar.stdout.close()
+        if tar.wait() != 0 or code != 0:
+            raise LabError(f"docker import of {image.ref} failed; see {log_path}")
+
+
+def binary_root(*binaries: tuple[str, str]) -> Callable[[Path], None]:
+    """A root with only static binaries: (name in k8s_binaries, path in the image)."""
+
+    def fill(root: Path) -> None:
+        for name, target in binaries:
+            dest = root / target.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(k8s_binaries.ensure([name])[name], dest)
+            dest.chmod(0o755)
+        (root / "tmp").mkdir(mode=0o1777, exist_ok=True)
+        (root / "tmp").chmod(0o1777)
+        (root / "etc").mkdir(exist_ok=True)
+        (root / "etc/passwd").write_text(
+            "root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/:/sbin/nologin\n"
+        )
+        (root / "etc/group").write_text("root:x:0:\nnogroup:x:65534:\n")
+
+    return fill
+
+
+def binary_inputs(*names: str) -> Callable[[], str]:
+    return lambda: " ".join(str(k8s_binaries.binary(name).path) for name in names)
+
+
+def copy_root(
+    source: Callable[[], Path], then: Callable[[Path], None] | None = None
+) -> Callable[[Path], None]:
+    def fill(root: Path) -> None:
+        subprocess.run(["cp", "-a", f"{source()}/.", str(root)], check=True)
+        if then:
+            then(root)
+
+    return fill
+
+
+def fill_pause(root: Path) -> None:
+    with tempfile.TemporaryDirectory() as module:
+        shutil.copyfile(ASSETS / "pause.go", Path(module, "main.go"))
+        Path(module, "go.mod").write_text("module hpcops.io/lab/pause\n\ngo 1.22\n")
+        subprocess.run(
+            ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(root / "pause"), "."],
+            cwd=module, env=k8s_binaries.go_env(), check=True, capture_output=True,
+        )  # fmt: skip
+
+
+def fill_busybox(root: Path) -> None:
+    """busybox-static from Debian, with a link for each applet."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    k8s_binaries.unpack_debian_package("busybox-static", root, LOG_DIR / "busybox.log")
+    busybox = root / "usr/bin/busybox"
+    applets = subprocess.run([str(busybox), "--list-full"], capture_output=True, text=True, check=True).stdout
+    for applet in applets.split():
+        link = root / "usr" / applet.removeprefix("usr/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to("/usr/bin/busybox")
+    for merged in ("bin", "sbin"):
+        (root / merged).symlink_to(f"usr/{merged}")
+    (root / "tmp").mkdir(mode=0o1777, exist_ok=True)
+
+
+def slurm_image(daemon: str, **kwargs: object) -> Image:
+    return Image(
+        key=daemon,
+        ref=f"{SLURM_REPOSITORY}/{daemon}:{{slurm}}-debian-{SLURM_SUITE}",
+        fill=copy_root(slurm_root),
+        inputs=lambda: root_recipe(slurm_root()),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def catalogue() -> dict[str, Image]:
+    k8s = KUBERNETES_REPOSITORY
+    images = [
+        Image("pause", f"{k8s}/pause:{PAUSE_TAG}", fill_pause,
+              lambda: hashlib.sha256((ASSETS / "pause.go").read_bytes()).hexdigest()[:12],
+              entrypoint=("/pause",), user="65535:65535", preload=True),
+        *(
+            Image(name, f"{k8s}/{name}:{KUBERNETES_VERSION}",
+                  binary_root((name, f"/usr/local/bin/{name}")), binary_inputs(name), preload=True)
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+        ),
+        Image("kube-proxy", f"{k8s}/kube-proxy:{KUBERNETES_VERSION}",
+              copy_root(bookworm_base, binary_root(("kube-proxy", "/usr/local/bin/kube-proxy"))),
+              binary_inputs("kube-proxy"), preload=True),
+        Image("etcd", f"{k8s}/etcd:{ETCD_TAG}",
+              binary_root(("kubeadm-etcd", "/usr/local/bin/etcd")), binary_inputs("kubeadm-etcd"), preload=True),
+        Image("coredns", f"{k8s}/coredns:{k8s_binaries.COREDNS_VERSION}",
+              binary_root(("coredns", "/coredns")), binary_inputs("coredns"),
+              entrypoint=("/coredns",), preload=True),
+        Image("busybox", BUSYBOX_IMAGE, fill_busybox, lambda: f"busybox-static {k8s_binaries.ETCD_SUITE}"),
+        Image("slurm-operator", f"{SLURM_REPOSITORY}/slurm-operator:{SLINKY_VERSION}",
+              binary_root(("slurm-operator", "/manager")), binary_inputs("slurm-operator"),
+              entrypoint=("/manager",), user="65532:65532"),
+        slurm_image("slurmctld", entrypoint=("tini", "-g", "--", "/usr/local/bin/hold-log-fifos.sh", "slurmctld", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
+        slurm_image("slurmd", entrypoint=("/usr/local/bin/slurmd-entrypoint.sh",)),
+        slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
+                    user=f"{SLURMRESTD_UID}:{SLURMRESTD_UID}"),
+    ]  # fmt: skip
+    node = Image(
+        "kind-node",
+        NODE_IMAGE,
+        fill_node,
+        lambda: (
+            root_recipe(node_root())
+            + " "
+            + " ".join(f"{i.ref}={i.recipe()}" for i in images if i.preload)
+        ),
+        entrypoint=("/usr/local/bin/entrypoint", "/sbin/init"),
+        env=(PATH_ENV, "container=docker"),
+    )
+    return {image.key: image for image in [*images, node]}
+
+
+def resolve_ref(image: Image) -> str:
+    if "{slurm}" in image.ref:
+        return image.ref.format(slurm=slurm_version(slurm_root()))
+    return image.ref
+
+
+def fill_node(root: Path) -> None:
+    subprocess.run(["cp", "-a", f"{node_root()}/.", str(root)], check=True)
+    archives = root / "kind/images"
+    archives.mkdir(parents=True, exist_ok=True)
+    for image in catalogue().values():
+        if image.preload:
+            ensure_image(image)
+            target = archives / f"{image.key}.tar"
+            docker("save", "-o", str(target), image.ref)
+
+
+def ensure_image(image: Image) -> tuple[str, float | None]:
+    """Build the image unless an image of the same recipe is there; (ref, seconds or None)."""
+    image = replace(image, ref=resolve_ref(image))
+    recipe = image.recipe()
+    if built_recipe(image.ref) == recipe:
+        return image.ref, None
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"{image.key}.log"
+    log_path.unlink(missing_ok=True)
+    log(f"building {image.ref} (log: {log_path})...")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as scratch:
+        root = Path(scratch, "root")
+        root.mkdir(mode=0o755)
+        image.fill(root)
+        docker_import(image, root, recipe, log_path)
+    elapsed = time.monotonic() - started
+    times = load_times()
+    times[image.key] = round(elapsed, 1)
+    BUILD_TIMES.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+    log(f"built {image.ref} in {k8s_binaries.format_duration(elapsed)}")
+    return image.ref, elapsed
+
+
+def load_times() -> dict[str, float]:
+    try:
+        loaded: dict[str, float] = json.loads(BUILD_TIMES.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded
+
+
+REPO = Path(__file__).resolve().parents[2]
+CHECKOUT_DIR = REPO / ".kind"
+
+
+def stage_checkout(refs: dict[str, str]) -> Path:
+    """What the kind inventory and molecule's create read, in <repo>/.kind (not committed).
+
+    bin/ links kind, kubectl and helm; charts/ the Slinky charts packaged from the operator's
+    module; keda-crds/ KEDA's CRDs from its module; load-images.txt the images `kind load`
+    puts on the nodes; slurm-image-tag the tag of the Slurm images.
+    """
+    binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
+    charts = k8s_binaries.slinky_charts()
+    links = {f"bin/{name}": path for name, path in binaries.items()}
+    links.update({f"charts/{name}.tgz": path for name, path in charts.items()})
+    links.update({f"keda-crds/{path.name}": path for path in k8s_binaries.keda_crds()})
+    for sub in ("bin", "charts", "keda-crds"):
+        shutil.rmtree(CHECKOUT_DIR / sub, ignore_errors=True)
+        (CHECKOUT_DIR / sub).mkdir(parents=True)
+    for relative, target in links.items():
+        (CHECKOUT_DIR / relative).symlink_to(target)
+    catalogue_ = catalogue()
+    load = [ref for key, ref in refs.items() if key != "kind-node" and not catalogue_[key].preload]
+    (CHECKOUT_DIR / "load-images.txt").write_text("\n".join(load) + "\n")
+    (CHECKOUT_DIR / "slurm-image-tag").write_text(refs["slurmd"].rsplit(":", 1)[1])
+    return CHECKOUT_DIR
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One image build at a time per cache (make and pytest may both ask)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with (CACHE_DIR / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def ensure(keys: Sequence[str] | None = None) -> dict[str, str]:
+    """Build what is missing or stale; image key -> reference."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    images = catalogue()
+    unknown = sorted(set(keys or ()) - set(images))
+    if unknown:
+        raise LabError(f"unknown images {unknown}; known: {', '.join(images)}")
+    refs, timings = {}, {}
+    with build_lock():
+        for key in keys or images:
+            refs[key], took = ensure_image(images[key])
+            if took is not None:
+                timings[key] = took
+    if timings:
+        summary = ", ".join(
+            f"{key} {k8s_binaries.format_duration(s)}" for key, s in timings.items()
+        )
+        log(f"build times: {summary} (total {k8s_binaries.format_duration(sum(timings.values()))})")
+    return refs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Images of the kind scenarios, built here.")
+    parser.add_argument("command", choices=("build", "list", "push"))
+    parser.add_argument("registry", nargs="?", help="push: the mirror, e.g. registry.site:5000")
+    parser.add_argument("--only", action="append", help="build: just this image (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            refs = ensure(args.only)
+            for key, ref in refs.items():
+                print(f"{key:<24}{ref}")
+            if not args.only:
+                log(f"staged the binaries, charts and image list for the kind inventory in {stage_checkout(refs)}")
+            return 0
+        if args.command == "list":
+            missing = 0
+            times = load_times()
+            for key, image in catalogue().items():
+                ref = resolve_ref(image)
+                state = (
+                    "current"
+                    if built_recipe(ref) == replace(image, ref=ref).recipe()
+                    else "MISSING"
+                )
+                missing += state != "current"
+                took = (
+                    f" (built in {k8s_binaries.format_duration(times[key])})"
+                    if key in times
+                    else ""
+                )
+                print(f"{key:<24}{state:<9}{ref}{took}")
+            return 1 if missing else 0
+        if not args.registry:
+            parser.error("push needs the registry")
+        for key, ref in ensure().items():
+            target = f"{args.registry}/{ref.split('/', 1)[1]}"
+            docker("tag", ref, target)
+            docker("push", target)
+            print(f"{key:<24}{target}")
+        return 0
+    except (LabError, OSError, subprocess.SubprocessError) as err:
+        print(f"kind_images: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
