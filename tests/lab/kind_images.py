@@ -533,7 +533,7 @@ def catalogue() -> dict[str, Image]:
               binary_root(("slurm-operator", "/manager")), binary_inputs("slurm-operator"),
               entrypoint=("/manager",), user="65532:65532"),
         slurm_image("slurmctld", entrypoint=("tini", "-g", "--", "/usr/local/bin/hold-log-fifos.sh", "slurmctld", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
-        slurm_image("slurmd", entrypoint=("/usr/local/bin/slurmd-entrypoint.sh",)),
+        slurm_image("slurmd", entrypoint=("tini", "-g", "--", "/usr/local/bin/slurmd-entrypoint.sh")),
         slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
                     user=f"{SLURMRESTD_UID}:{SLURMRESTD_UID}"),
     ]  # fmt: skip

@@ -26,6 +26,8 @@ SLURMRESTD = os.environ.get("HPCOPS_KIND_SLURMRESTD", "")
 TOKEN_SECRET = os.environ.get("HPCOPS_KIND_TOKEN_SECRET", "")
 API = "v0.0.44"
 SLURM_POOL = "slurm"
+# The token is SlurmUser's (verify_kind.yml), which may act for any user.
+JOB_USER = "alice"
 MIB = 1024 * 1024
 
 pytestmark = pytest.mark.skipif(
@@ -48,7 +50,11 @@ def slurmrestd(method: str, path: str, body: dict[str, Any] | None = None) -> di
         f"{SLURMRESTD}/slurm/{API}/{path}",
         data=json.dumps(body).encode() if body is not None else None,
         method=method,
-        headers={"X-SLURM-USER-TOKEN": token(), "Content-Type": "application/json"},
+        headers={
+            "X-SLURM-USER-TOKEN": token(),
+            "X-SLURM-USER-NAME": JOB_USER,
+            "Content-Type": "application/json",
+        },
     )
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
         answer: dict[str, Any] = json.load(response)

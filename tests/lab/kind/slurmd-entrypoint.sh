@@ -10,6 +10,15 @@ set -euo pipefail
 
 mkdir -p /run/slurm /var/spool/slurmd /var/log/slurm
 
+# The kubelet gives the processes of a BestEffort or Burstable pod a high oom_score_adj
+# (1000 for BestEffort), and slurmstepd inherits it. With task/cgroup, slurmstepd lowers
+# itself to -1000, which needs CAP_SYS_RESOURCE; where the container lacks it (this lab's
+# host), the kernel's OOM killer takes slurmstepd before the job's task and the job stays
+# RUNNING for good (measured in kind). So slurmd starts as low as this container allows.
+if (($(cat /proc/self/oom_score_adj) > 0)); then
+  echo -1000 2>/dev/null > /proc/self/oom_score_adj || echo 0 2>/dev/null > /proc/self/oom_score_adj || true
+fi
+
 eval "set -- $*"
 conf=""
 args=()
@@ -44,5 +53,5 @@ if [[ -n ${POD_TOPOLOGY:-} ]]; then
   conf+=" Topology=${POD_TOPOLOGY}"
 fi
 
-echo "slurmd-entrypoint: slurmd -D ${args[*]} --conf '${conf# }'" >&2
+echo "slurmd-entrypoint: oom_score_adj $(cat /proc/self/oom_score_adj); slurmd -D ${args[*]} --conf '${conf# }'" >&2
 exec hold-log-fifos.sh slurmd -D "${args[@]}" --conf "${conf# }"
