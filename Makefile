@@ -27,7 +27,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 
 .PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean \
-	lab-up lab-down lab-status k8s-binaries record-slurm-fixtures benchmarks
+	lab-up lab-down lab-status k8s-binaries kind-images kind-down record-slurm-fixtures benchmarks
 
 help:
 	@echo "make demo   build and install the collection, show its plugins and run a playbook with them"
@@ -35,6 +35,7 @@ help:
 	@echo "make setup  the virtualenv (.venv) and the collection link used by the other targets"
 	@echo "Parts of test: lint sanity build-check changelog-lint ee-check units integration"
 	@echo "The lab (root): lab-up lab-down lab-status; record-slurm-fixtures re-records unit fixtures"
+	@echo "kind (root): kind-images builds every image molecule's kind scenario needs; kind-down stops dockerd"
 
 # The venv is rebuilt when a requirements file changes.
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -163,6 +164,15 @@ lab-status:
 # Slinky operator, cached outside the repo (cold: about 25 minutes on 2 cores).
 k8s-binaries: deps
 	$(PYTHON) tests/lab/k8s_binaries.py build
+
+# Every image of molecule's kind scenario, built here (no registry): starts dockerd if it is
+# not running (tests/lab/docker_engine.py), then builds what is missing (cold: about 10 minutes).
+kind-images: deps
+	$(PYTHON) tests/lab/docker_engine.py up
+	$(PYTHON) tests/lab/kind_images.py build
+
+kind-down:
+	$(PYTHON) tests/lab/docker_engine.py down
 
 # Fixtures must come from a freshly started lab, so job ids are the same every time.
 record-slurm-fixtures: deps

@@ -74,9 +74,9 @@ def rules(tool: str) -> list[str]:
         if line.startswith(":"):
             chain, policy = line[1:].split()[:2]
             # Built-in chains with the default policy are not a change.
-            if policy == "ACCEPT":
-                continue
-            line = f":{chain} {policy}"
+            if policy != "ACCEPT":
+                kept.append(f":{chain} {policy}")
+            continue
         kept.append(line)
     return kept
 

@@ -616,7 +616,16 @@ def build_kubeadm_etcd(binary: Binary, out: Path) -> None:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
     run_logged(
-        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "go.etcd.io/etcd/server/v3"],
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            "-o",
+            str(out),
+            "go.etcd.io/etcd/server/v3",
+        ],
         binary.build_log,
         cwd=wrapper,
     )

@@ -110,7 +110,7 @@ def main(argv):
         process = option_value(argv, "--process", "-p")
         if process and os.path.exists(process):
             rewrite(process, None)
-    os.execv(RUNC, [RUNC, *argv])
+    os.execv(RUNC, [RUNC, *argv])  # noqa: S606 - runc, with the argv dockerd gave
 
 
 if __name__ == "__main__":

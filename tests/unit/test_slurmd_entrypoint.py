@@ -52,7 +52,11 @@ def run_entrypoint(tmp_path: Path):
         environment = {"PATH": f"{bin_dir}:{os.environ['PATH']}", **env}
         # mkdir of /run/slurm and the spool needs root; elsewhere the script runs in a sandbox root.
         proc = subprocess.run(
-            ["bash", str(ENTRYPOINT), *args], env=environment, capture_output=True, text=True, check=False
+            ["bash", str(ENTRYPOINT), *args],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert proc.returncode == 0, proc.stderr
         argv: list[str] = json.loads(recorded.read_text())

@@ -31,12 +31,15 @@ JOB_USER = "alice"
 MIB = 1024 * 1024
 
 pytestmark = pytest.mark.skipif(
-    not (SLURMRESTD and TOKEN_SECRET), reason="run by molecule verify (molecule/shared/verify_kind.yml)"
+    not (SLURMRESTD and TOKEN_SECRET),
+    reason="run by molecule verify (molecule/shared/verify_kind.yml)",
 )
 
 
 def kubectl_json(*args: str) -> Any:
-    out = subprocess.run(["kubectl", *args, "-o", "json"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["kubectl", *args, "-o", "json"], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)
 
 
@@ -62,7 +65,9 @@ def slurmrestd(method: str, path: str, body: dict[str, Any] | None = None) -> di
 
 
 def slurmd_pods() -> list[dict[str, Any]]:
-    pods = kubectl_json("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=slurmd")["items"]
+    pods = kubectl_json("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=slurmd")[
+        "items"
+    ]
     nodes = {n["metadata"]["name"]: n for n in kubectl_json("get", "nodes")["items"]}
     return [
         pod
@@ -79,7 +84,9 @@ def slurmd_pod() -> dict[str, Any]:
 
 
 def pod_host(pod: dict[str, Any]) -> Any:
-    return testinfra.get_host(f"kubectl://{pod['metadata']['name']}?container=slurmd&namespace={NAMESPACE}")
+    return testinfra.get_host(
+        f"kubectl://{pod['metadata']['name']}?container=slurmd&namespace={NAMESPACE}"
+    )
 
 
 def node_host(pod: dict[str, Any]) -> Any:
@@ -118,7 +125,9 @@ def wait_for_state(job_id: int, wanted: set[str], timeout_s: float = 120) -> dic
         record = job(job_id)
         if set(record["job_state"]) & wanted:
             return record
-        assert time.monotonic() < deadline, f"job {job_id} still {record['job_state']} after {timeout_s:.0f} s"
+        assert time.monotonic() < deadline, (
+            f"job {job_id} still {record['job_state']} after {timeout_s:.0f} s"
+        )
         time.sleep(1)
 
 
@@ -179,7 +188,7 @@ def test_a_job_runs_under_the_limits_cgroup_conf_asks_for(slurmd_pod: dict[str, 
 
 
 def test_a_job_over_its_memory_is_killed_by_the_kernel() -> None:
-    script = "#!/bin/bash\ngawk 'BEGIN { x = sprintf(\"%300000000s\", \"\"); print length(x) }'\n"
+    script = '#!/bin/bash\ngawk \'BEGIN { x = sprintf("%300000000s", ""); print length(x) }\'\n'
     job_id = submit("hpcops-oom", script, memory_mib=100)
     record = wait_for_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"})
     assert "OUT_OF_MEMORY" in record["job_state"], record["job_state"]

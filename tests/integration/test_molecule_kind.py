@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`molecule test -s kind` with images built on this machine, as `make test` runs it.
+
+The scenario (molecule/kind) makes a kind cluster of real kubelets and containers, runs
+site.yml on it twice (the second run must change nothing), runs Slurm jobs in the slurmd
+containers and checks their cgroup limits (molecule/kind/tests), and destroys the cluster,
+checking that no container, volume, network, mount or iptables rule is left.
+
+Here nothing can be pulled, so the images come from ``tests/lab/kind_images.py`` (built
+once, cached in $HPCOPS_LAB_CACHE) and the scenario runs with HPCOPS_KIND_IMAGES=local.
+dockerd is started for the module when it does not run yet and stopped afterwards, and
+its stop is checked to restore the firewall as it was.  Times are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+import kind_images
+from docker_engine import DockerEngine, firewall_snapshot
+from slurm_lab import LabError
+
+REPO = Path(__file__).resolve().parents[2]
+MOLECULE_TIMEOUT_S = 40 * 60
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="dockerd and kind need root"),
+]
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+
+
+class SessionEngine(DockerEngine):
+    """dockerd for this module: started here unless it runs already, then stopped here."""
+
+    started_here = False
+
+
+@pytest.fixture(scope="module")
+def docker_engine() -> Iterator[SessionEngine]:
+    engine = SessionEngine()
+    if not engine.status()["answering"]:
+        try:
+            engine.up()
+        except LabError as err:
+            pytest.fail(f"dockerd did not start: {err}", pytrace=False)
+        engine.started_here = True
+    yield engine
+    if engine.started_here and engine.pid():
+        engine.down()
+
+
+@pytest.fixture(scope="module")
+def local_images(docker_engine: SessionEngine) -> dict[str, str]:
+    started = time.monotonic()
+    try:
+        refs = kind_images.ensure()
+    except LabError as err:
+        pytest.fail(f"building the kind images failed: {err}", pytrace=False)
+    kind_images.stage_checkout(refs)
+    print(
+        f"\nkind images ready in {minutes(time.monotonic() - started)} (build times per image: "
+        f"{kind_images.BUILD_TIMES})"
+    )
+    return refs
+
+
+def test_molecule_kind_scenario_passes_offline(local_images: dict[str, str]) -> None:
+    env = {
+        **os.environ,
+        "HPCOPS_KIND_IMAGES": "local",
+        "PATH": f"{REPO / '.venv/bin'}:{os.environ['PATH']}",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "NO_COLOR": "1",
+    }
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["molecule", "test", "-s", "kind"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=MOLECULE_TIMEOUT_S,
+        check=False,
+    )
+    took = time.monotonic() - started
+    output = proc.stdout + proc.stderr
+    Path(REPO / ".kind/molecule-test.log").write_text(output)
+    print(
+        f"\nmolecule test -s kind: exit {proc.returncode} in {minutes(took)} "
+        f"(log: .kind/molecule-test.log)"
+    )
+    for line in output.splitlines():
+        if "job " in line and " on " in line and "memory" in line:
+            print(line.strip())
+    assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
+
+
+def test_stopping_dockerd_puts_the_host_back(docker_engine: SessionEngine) -> None:
+    """dockerd leaves its iptables chains and docker0 behind when it exits; down removes them."""
+    if not docker_engine.started_here:
+        pytest.skip("dockerd was running before these tests; it stays up")
+    before = docker_engine.state()["firewall"]
+    assert docker_engine.status()["answering"]
+    assert any("DOCKER" in rule for rule in firewall_snapshot()["iptables"])
+    docker_engine.down()  # LabError if something is left
+    assert firewall_snapshot() == before
+    assert not docker_engine.status()["answering"]
