@@ -69,7 +69,8 @@ def rules(tool: str) -> list[str]:
     out = run(f"{tool}-save", check=False).stdout
     kept = []
     for line in out.splitlines():
-        if line.startswith(("#", "COMMIT")) or not line.strip():
+        # Table headers say only that a table exists, not that anything is in it.
+        if line.startswith(("#", "*", "COMMIT")) or not line.strip():
             continue
         if line.startswith(":"):
             chain, policy = line[1:].split()[:2]
@@ -219,36 +220,28 @@ class DockerEngine:
         for line in reversed(mounts):
             run("umount", "-l", line.split()[1], check=False)
         left = self.leftovers()
-        self.state_path.unlink(missing_ok=True)
         if left:
+            # The record stays, so another down can compare against it.
             raise LabError("dockerd left behind: " + "; ".join(left))
+        self.state_path.unlink(missing_ok=True)
 
     def remove_firewall_rules(self) -> None:
-        """Delete dockerd's rules and chains (dockerd leaves them when it exits)."""
-        state = self.state()
-        before: dict[str, list[str]] = state.get("firewall", {}) or {}  # type: ignore[assignment]
+        """Delete every rule and chain added since up (dockerd leaves them when it exits)."""
+        before: dict[str, list[str]] = self.state().get("firewall", {}) or {}  # type: ignore[assignment]
         for tool in ("iptables", "ip6tables"):
             if shutil.which(tool) is None:
                 continue
+            kept = set(before.get(tool, []))
             for table in ("filter", "nat"):
                 listed = run(tool, "-t", table, "-S", check=False).stdout.splitlines()
                 for line in listed:
-                    if (
-                        line.startswith("-A ")
-                        and "DOCKER" in line
-                        and line not in before.get(tool, [])
-                    ):
+                    if line.startswith("-A ") and line not in kept:
                         run(tool, "-t", table, *line.replace("-A ", "-D ", 1).split(), check=False)
-                for line in listed:
-                    if line.startswith("-N DOCKER"):
-                        run(tool, "-t", table, "-F", line.split()[1], check=False)
                 for line in listed:
                     if line.startswith("-N DOCKER"):
                         run(tool, "-t", table, "-X", line.split()[1], check=False)
             policies = {
-                line.split()[0][1:]: line.split()[1]
-                for line in before.get(tool, [])
-                if line.startswith(":")
+                line.split()[0][1:]: line.split()[1] for line in kept if line.startswith(":")
             }
             for chain in ("INPUT", "FORWARD", "OUTPUT"):
                 run(tool, "-P", chain, policies.get(chain, "ACCEPT"), check=False)
