@@ -155,9 +155,11 @@ class DockerEngine:
         if created_lib_modules:
             Path("/lib/modules").mkdir()
         self.state_path.write_text(json.dumps(state, indent=2))
-        # A copy of the wrapper, so the daemon outlives this checkout.
+        # A copy of the wrapper, so the daemon outlives this checkout, run by this Python
+        # (dockerd's PATH may have no `python`).
         wrapper = RUN_DIR / "runc-capbnd"
-        shutil.copyfile(Path(__file__).with_name("runc_capbnd.py"), wrapper)
+        source = Path(__file__).with_name("runc_capbnd.py").read_text().split("\n", 1)[1]
+        wrapper.write_text(f"#!{sys.executable}\n{source}")
         wrapper.chmod(0o755)
         cmd = [
             DOCKERD,

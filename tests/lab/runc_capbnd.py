@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python
 # SPDX-License-Identifier: GPL-3.0-or-later
 """runc, minus the capabilities this machine cannot grant.
 

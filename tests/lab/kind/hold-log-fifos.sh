@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Run a Slurm daemon with the log FIFOs of its pod held open for writing.
 #

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 # slurmd as the Slinky operator (v1.1) runs it, for hpcops.slinky's kind images:
 #   args: -Z --conf-server <host>:6817 --conf '<Key=Value ...>'
