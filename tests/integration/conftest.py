@@ -9,6 +9,7 @@ the releases the ``slurm_lab`` fixture is parametrised over.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +99,46 @@ def slurm_api(request: pytest.FixtureRequest, lab_session: LabSession) -> tuple[
 def first_release() -> str:
     """The release that checks expensive to repeat (a full down and up) run on."""
     return selected_releases()[0]
+
+
+# molecule's kind scenario (test_molecule_kind.py) needs about ten minutes of Go builds and
+# debootstraps on a cold machine. They start in the background, at the lowest CPU priority,
+# as soon as the session knows it will run the scenario, and the scenario's tests run last:
+# by then the lab tests (mostly waiting on Slurm and Kubernetes) have left the cores idle
+# long enough. The image builds wait on the same locks, so nothing is built twice.
+KIND_MODULE = "test_molecule_kind.py"
+KIND_PREPARE_LOG = Path(__file__).resolve().parents[2] / ".kind" / "prepare.log"
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    kind_items = [item for item in items if item.path.name == KIND_MODULE]
+    items[:] = [item for item in items if item.path.name != KIND_MODULE] + kind_items
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the kind preparation when the kind scenario is among the tests to run."""
+    config = session.config
+    if config.option.collectonly or os.geteuid() != 0:
+        return
+    if not any(item.path.name == KIND_MODULE for item in session.items):
+        return
+    KIND_PREPARE_LOG.parent.mkdir(exist_ok=True)
+    with KIND_PREPARE_LOG.open("w") as log:
+        config.stash[kind_prepare_key] = subprocess.Popen(
+            ["nice", "-n", "19", sys.executable, str(LAB_DIR / "kind_images.py"), "prepare"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+kind_prepare_key = pytest.StashKey[subprocess.Popen[bytes]]()
+LAB_DIR = Path(__file__).resolve().parents[1] / "lab"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Never killed: a debootstrap stopped halfway leaves its mounts behind.
+    prepare = config.stash.get(kind_prepare_key, None)
+    if prepare is not None:
+        prepare.wait()

@@ -15,6 +15,7 @@ its stop is checked to restore the firewall as it was.  Times are printed.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,9 +70,12 @@ def local_images(docker_engine: SessionEngine) -> dict[str, str]:
     except LabError as err:
         pytest.fail(f"building the kind images failed: {err}", pytrace=False)
     kind_images.stage_checkout(refs)
+    prepared = REPO / ".kind/prepare.log"  # the background preparation (conftest.py)
+    if prepared.exists():
+        print("\n" + "\n".join(prepared.read_text().splitlines()[-12:]))
+    times = kind_images.load_times()
     print(
-        f"\nkind images ready in {minutes(time.monotonic() - started)} (build times per image: "
-        f"{kind_images.BUILD_TIMES})"
+        f"\nkind images ready in {minutes(time.monotonic() - started)}; last build of each (s): {times}"
     )
     return refs
 
@@ -101,10 +105,25 @@ def test_molecule_kind_scenario_passes_offline(local_images: dict[str, str]) -> 
         f"\nmolecule test -s kind: exit {proc.returncode} in {minutes(took)} "
         f"(log: .kind/molecule-test.log)"
     )
+    for action, took_text in action_times(output):
+        print(f"  {action:<12}{took_text}")
     for line in output.splitlines():
         if "job " in line and " on " in line and "memory" in line:
-            print(line.strip())
+            print(line.strip().strip('",'))
     assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
+
+
+def action_times(output: str) -> list[tuple[str, str]]:
+    """(molecule action, how long its playbook took) from molecule's output, in order."""
+    times, action = [], "?"
+    for line in output.splitlines():
+        started = re.search(r"➜ (\w+): Executing", line)
+        if started:
+            action = started.group(1)
+        took = re.search(r"Playbook run took (.+)", line)
+        if took:
+            times.append((action, took.group(1).strip()))
+    return times
 
 
 def test_stopping_dockerd_puts_the_host_back(docker_engine: SessionEngine) -> None:
