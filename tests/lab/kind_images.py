@@ -213,6 +213,11 @@ def cached_root(name: str, recipe: str, build: Callable[[Path, Path], None]) -> 
     return root
 
 
+def asset_digest(*names: str) -> str:
+    """What the recipes record of our own files in tests/lab/kind/."""
+    return hashlib.sha256(b"".join((ASSETS / name).read_bytes() for name in names)).hexdigest()[:12]
+
+
 def root_recipe(root: Path) -> str:
     return (ROOTS_DIR / f"{root.name}.recipe").read_text()
 
@@ -247,10 +252,8 @@ def slurm_root() -> Path:
             shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
             (root / "usr/local/bin" / script).chmod(0o755)
 
-    digest = hashlib.sha256(b"".join((ASSETS / s).read_bytes() for s in SLURM_SCRIPTS)).hexdigest()[
-        :12
-    ]
-    return cached_root(f"{SLURM_SUITE}-slurm", f"1 {' '.join(SLURM_PACKAGES)} {digest}", build)
+    recipe = f"1 {' '.join(SLURM_PACKAGES)} {asset_digest(*SLURM_SCRIPTS)}"
+    return cached_root(f"{SLURM_SUITE}-slurm", recipe, build)
 
 
 def slurm_version(root: Path) -> str:
@@ -284,9 +287,7 @@ def node_root() -> Path:
 
     binaries = k8s_binaries.ensure(["kubelet", "kubeadm", "kubectl", "crictl"])
     recipe = "4 " + " ".join(NODE_PACKAGES) + " " + " ".join(str(p) for p in binaries.values())
-    recipe += (
-        " " + hashlib.sha256((ASSETS / "hpcops-preload.service").read_bytes()).hexdigest()[:12]
-    )
+    recipe += " " + asset_digest("hpcops-preload.service")
 
     def build_with_binaries(root: Path, log_path: Path) -> None:
         build(root, log_path)
@@ -391,6 +392,7 @@ class Image:
     env: tuple[str, ...] = (PATH_ENV,)
     # Baked into the node image (the control plane's own images).
     preload: bool = False
+    # Bump when the way an image is made changes in a way its inputs do not show.
     revision: int = 1
 
     def recipe(self) -> str:
@@ -518,7 +520,7 @@ def catalogue() -> dict[str, Image]:
     k8s = KUBERNETES_REPOSITORY
     images = [
         Image("pause", f"{k8s}/pause:{PAUSE_TAG}", fill_pause,
-              lambda: hashlib.sha256((ASSETS / "pause.go").read_bytes()).hexdigest()[:12],
+              lambda: asset_digest("pause.go"),
               entrypoint=("/pause",), user="65535:65535", preload=True),
         *(
             Image(name, f"{k8s}/{name}:{KUBERNETES_VERSION}",
