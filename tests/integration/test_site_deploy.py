@@ -141,6 +141,7 @@ def test_operator_wrote_slurm_conf(deployed: t.Any) -> None:
     extra = deployed.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/slurm-config-extra")["data"]
     assert extra["cgroup.conf"].splitlines() == [
         "CgroupPlugin=autodetect",
+        "IgnoreSystemd=yes",
         "ConstrainCores=yes",
         "ConstrainRAMSpace=yes",
         "ConstrainDevices=yes",
