@@ -196,6 +196,7 @@ def cached_root(name: str, recipe: str, build: Callable[[Path, Path], None]) -> 
     if root.exists() and stamp.exists() and stamp.read_text() == recipe:
         return root
     ROOTS_DIR.mkdir(parents=True, exist_ok=True)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"root-{name}.log"
     log_path.unlink(missing_ok=True)
     log(f"  root filesystem {name} (log: {log_path})")
