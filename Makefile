@@ -109,7 +109,7 @@ integration: setup
 
 # One pytest run at the end, so the suite closes with pytest's summary line.
 test: lint sanity build-check changelog-lint ee-check
-	pytest tests/unit tests/integration
+	pytest --durations=25 tests/unit tests/integration
 
 demo: setup build-check
 	@echo ">> plugins of hpcops.slinky, read from the installed tarball"

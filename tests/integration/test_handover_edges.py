@@ -254,27 +254,45 @@ def test_a_named_reclaim_that_ends_blocked_fails_with_its_outcome(
 
 # -- settings and named nodes, before the Lease ------------------------------------------
 
+# Every refusal of a run is reported at once, so each run below carries several: fewer
+# playbook runs (each costs seconds) for the same checks. The settings are checked before the
+# named nodes, so empty and repeated names have runs of their own.
 NAMED = [
-    ("lend", ["svc01"], "handover_nodes[0]: svc01: not in the lendable pool"),
-    ("reclaim", ["svc01"], "handover_nodes[0]: svc01: not in the lendable pool"),
-    ("lend", ["gpu01"], "handover_nodes[0]: gpu01: matches never_touch_selector"),
-    ("reclaim", ["gpu01"], "handover_nodes[0]: gpu01: matches never_touch_selector"),
-    ("lend", ["int01", "nosuch"], "handover_nodes[1]: nosuch: no such Node"),
-    ("reclaim", ["int01", "nosuch"], "handover_nodes[1]: nosuch: no such Node"),
-    ("lend", [""], "handover_nodes[0]: '' is empty"),
-    ("reclaim", [""], "handover_nodes[0]: '' is empty"),
-    ("reclaim", ["int01", "int01"], "handover_nodes[1]: int01 is named twice"),
+    (
+        "lend",
+        ["svc01", "gpu01", "int01", "nosuch"],
+        [
+            "handover_nodes[0]: svc01: not in the lendable pool",
+            "handover_nodes[1]: gpu01: matches never_touch_selector",
+            "handover_nodes[3]: nosuch: no such Node",
+        ],
+    ),
+    (
+        "reclaim",
+        ["svc01", "gpu01", "int01", "nosuch"],
+        [
+            "handover_nodes[0]: svc01: not in the lendable pool",
+            "handover_nodes[1]: gpu01: matches never_touch_selector",
+            "handover_nodes[3]: nosuch: no such Node",
+        ],
+    ),
+    ("lend", [""], ["handover_nodes[0]: '' is empty"]),
+    (
+        "reclaim",
+        ["", "int01", "int01"],
+        ["handover_nodes[0]: '' is empty", "handover_nodes[2]: int01 is named twice"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("playbook", "nodes", "message"), NAMED, ids=[f"{p}-{n}" for p, n, _m in NAMED]
+    ("playbook", "nodes", "messages"), NAMED, ids=[f"{p}-{n}" for p, n, _m in NAMED]
 )
 def test_named_nodes_a_run_cannot_own_are_refused_before_the_lease(
-    pool: Pool, playbook: str, nodes: list[str], message: str
+    pool: Pool, playbook: str, nodes: list[str], messages: list[str]
 ) -> None:
     # The module-scoped pool, not a cleaned one: a refused run changes nothing to clean.
-    assert_refused(pool, playbook, {"handover_nodes": nodes}, message)
+    assert_refused(pool, playbook, {"handover_nodes": nodes}, messages)
 
 
 BAD_POLICY = [
@@ -335,23 +353,37 @@ BAD_POLICY = [
 ]
 
 
+def policy_runs(bad: list[tuple[str, t.Any, str]]) -> list[list[tuple[str, t.Any, str]]]:
+    """BAD_POLICY split into runs in which each key appears once."""
+    runs: list[list[tuple[str, t.Any, str]]] = []
+    for case in bad:
+        run = next((r for r in runs if case[0] not in {key for key, _v, _m in r}), None)
+        if run is None:
+            runs.append(run := [])
+        run.append(case)
+    return runs
+
+
 @pytest.mark.parametrize(
-    ("key", "value", "message"), BAD_POLICY, ids=[f"{k}={v!r}" for k, v, _m in BAD_POLICY]
+    "cases", policy_runs(BAD_POLICY), ids=lambda cases: "+".join(key for key, _v, _m in cases)
 )
 def test_every_policy_setting_is_checked_before_the_lease(
-    pool: Pool, key: str, value: t.Any, message: str
+    pool: Pool, cases: list[tuple[str, t.Any, str]]
 ) -> None:
-    assert_refused(pool, "rebalance", {"handover_policy": {**POLICY, key: value}}, message)
+    policy = {**POLICY, **{key: value for key, value, _m in cases}}
+    assert_refused(pool, "rebalance", {"handover_policy": policy}, [m for _k, _v, m in cases])
 
 
-def assert_refused(pool: Pool, playbook: str, extra: dict[str, t.Any], message: str) -> None:
-    """Refused before the Lease: exit 2, the message names the variable, nothing changed,
+def assert_refused(pool: Pool, playbook: str, extra: dict[str, t.Any], messages: list[str]) -> None:
+    """Refused before the Lease: exit 2, the message names each variable, nothing changed,
     nothing recorded, no Lease taken, no node touched."""
     before = records(pool)
     run = pool.playbook(playbook, **extra)
     assert run.returncode == TASK_FAILED, run.output
     last = run.failures()[-1]  # the run's own; the check it rescued comes before it
-    assert last.startswith("invalid: ") and message in last, run.failures()
+    assert last.startswith("invalid: "), run.failures()
+    missing = [message for message in messages if message not in last]
+    assert not missing, f"not reported: {missing}; the run said: {last}"
     assert "Traceback" not in run.output
     assert run.changed == 0
     assert records(pool) == before
