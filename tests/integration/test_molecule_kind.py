@@ -93,13 +93,14 @@ def test_molecule_kind_scenario_passes_offline(local_images: dict[str, str]) -> 
         ["molecule", "test", "-s", "kind"],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, so each playbook time follows its action
         text=True,
         timeout=MOLECULE_TIMEOUT_S,
         check=False,
     )
     took = time.monotonic() - started
-    output = proc.stdout + proc.stderr
+    output = proc.stdout
     Path(REPO / ".kind/molecule-test.log").write_text(output)
     print(
         f"\nmolecule test -s kind: exit {proc.returncode} in {minutes(took)} "
@@ -117,7 +118,8 @@ def action_times(output: str) -> list[tuple[str, str]]:
     """(molecule action, how long its playbook took) from molecule's output, in order."""
     times, action = [], "?"
     for line in output.splitlines():
-        started = re.search(r"➜ (\w+): Executing", line)
+        # "kind ➜ create: Executing" on a terminal, "[kind > create] Executing" otherwise.
+        started = re.search(r"(?:➜ |\[\w+ > )(\w+)\]?:? Executing", line)
         if started:
             action = started.group(1)
         took = re.search(r"Playbook run took (.+)", line)
