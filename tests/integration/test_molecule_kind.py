@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+import k8s_binaries
 import kind_images
 from docker_engine import DockerEngine, firewall_snapshot
 from slurm_lab import LabError
@@ -73,7 +74,7 @@ def local_images(docker_engine: SessionEngine) -> dict[str, str]:
     prepared = REPO / ".kind/prepare.log"  # the background preparation (conftest.py)
     if prepared.exists():
         print("\n" + "\n".join(prepared.read_text().splitlines()[-12:]))
-    times = kind_images.load_times()
+    times = k8s_binaries.load_build_times(kind_images.BUILD_TIMES)
     print(
         f"\nkind images ready in {minutes(time.monotonic() - started)}; last build of each (s): {times}"
     )

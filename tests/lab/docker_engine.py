@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurm_lab import LabError
+from slurm_lab import sh as run
 
 CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
 RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "docker"
@@ -53,13 +54,6 @@ LAB_INTERFACES = "hpl+"
 
 def log(message: str) -> None:
     print(f"[docker-engine] {message}", file=sys.stderr, flush=True)
-
-
-def run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[:400]}")
-    return proc
 
 
 def rules(tool: str) -> list[str]:

@@ -544,17 +544,21 @@ def build_helm(binary: Binary, out: Path) -> None:
     go_install(binary, out, "helm.sh/helm/v3/cmd/helm", " ".join(flags))
 
 
-def build_pushgateway(binary: Binary, out: Path) -> None:
-    """`go build` in the downloaded module: the proxy refuses the module's version list,
+def go_build_in_module(binary: Binary, out: Path, module: str, package: str, ldflags: str) -> None:
+    """`go build` in the downloaded module: the proxy refuses some modules' version lists,
     which `go install pkg@version` reads (for deprecations) and `go build` does not."""
-    source = Path(go_mod_download(f"github.com/prometheus/pushgateway@{binary.version}")["Dir"])
-    # Prometheus' release builds stamp the version into prometheus/common; so does this one.
-    stamp = f"-s -w -X github.com/prometheus/common/version.Version={binary.version.lstrip('v')}"
+    source = Path(go_mod_download(f"{module}@{binary.version}")["Dir"])
     run_logged(
-        ["go", "build", "-mod=mod", "-trimpath", "-ldflags", stamp, "-o", str(out), "."],
+        ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags, "-o", str(out), package],
         binary.build_log,
         cwd=source,
     )
+
+
+def build_pushgateway(binary: Binary, out: Path) -> None:
+    # Prometheus' release builds stamp the version into prometheus/common; so does this one.
+    stamp = f"-s -w -X github.com/prometheus/common/version.Version={binary.version.lstrip('v')}"
+    go_build_in_module(binary, out, "github.com/prometheus/pushgateway", ".", stamp)
 
 
 # --------------------------------------------------------------------------------------
@@ -575,14 +579,8 @@ def build_kind(binary: Binary, out: Path) -> None:
 
 
 def build_crictl(binary: Binary, out: Path) -> None:
-    """`go build` in the downloaded module: the proxy refuses cri-tools' version list."""
-    source = Path(go_mod_download(f"sigs.k8s.io/cri-tools@{binary.version}")["Dir"])
     stamp = f"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version={binary.version}"
-    run_logged(
-        ["go", "build", "-mod=mod", "-trimpath", "-ldflags", stamp, "-o", str(out), "./cmd/crictl"],
-        binary.build_log,
-        cwd=source,
-    )
+    go_build_in_module(binary, out, "sigs.k8s.io/cri-tools", "./cmd/crictl", stamp)
 
 
 def build_coredns(binary: Binary, out: Path) -> None:
@@ -797,19 +795,20 @@ def build_one(binary: Binary) -> float:
         scratch.unlink(missing_ok=True)
     elapsed = time.monotonic() - started
     log(f"built {binary.path} in {format_duration(elapsed)}: {said}")
-    record_build_time(binary, elapsed)
+    record_build_time(binary.path.name, elapsed)
     return elapsed
 
 
-def record_build_time(binary: Binary, seconds: float) -> None:
-    times = load_build_times()
-    times[binary.path.name] = round(seconds, 1)
-    BUILD_TIMES.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+def record_build_time(name: str, seconds: float, path: Path = BUILD_TIMES) -> None:
+    """Keep how long the last build of name took, in the JSON file at path."""
+    times = load_build_times(path)
+    times[name] = round(seconds, 1)
+    path.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
 
 
-def load_build_times() -> dict[str, float]:
+def load_build_times(path: Path = BUILD_TIMES) -> dict[str, float]:
     try:
-        times: dict[str, float] = json.loads(BUILD_TIMES.read_text())
+        times: dict[str, float] = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return times

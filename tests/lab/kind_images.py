@@ -38,7 +38,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from pathlib import Path
 
 import k8s_binaries
 from docker_engine import DOCKER
-from slurm_lab import LabError, debian_mirror, remove_tree
+from slurm_lab import LabError, debian_mirror, remove_tree, run_logged, sh
 
 CACHE_DIR = k8s_binaries.CACHE_DIR / "kind"
 ROOTS_DIR = CACHE_DIR / "roots"
@@ -139,21 +138,6 @@ KIND_FILES = {
 
 def log(message: str) -> None:
     print(f"[kind-images] {message}", file=sys.stderr, flush=True)
-
-
-def run_logged(cmd: Sequence[str], log_path: Path, **kwargs: object) -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-    with log_path.open("a") as out:
-        out.write(f"$ {' '.join(cmd)}\n")
-        out.flush()
-        code = subprocess.run(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False, **kwargs
-        ).returncode
-    if code != 0:
-        tail = log_path.read_text(errors="replace").splitlines()[-6:]
-        raise LabError(
-            f"{' '.join(cmd[:4])}... failed ({code}); see {log_path}:\n  " + "\n  ".join(tail)
-        )
 
 
 # --------------------------------------------------------------------------------------
@@ -404,10 +388,7 @@ class Image:
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([DOCKER, *args], capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise LabError(f"docker {' '.join(args[:3])}: {proc.stderr.strip()[:400]}")
-    return proc
+    return sh(DOCKER, *args, check=check)
 
 
 def built_recipe(ref: str) -> str | None:
@@ -595,19 +576,9 @@ def ensure_image(image: Image) -> tuple[str, float | None]:
         image.fill(root)
         docker_import(image, root, recipe, log_path)
     elapsed = time.monotonic() - started
-    times = load_times()
-    times[image.key] = round(elapsed, 1)
-    BUILD_TIMES.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+    k8s_binaries.record_build_time(image.key, elapsed, BUILD_TIMES)
     log(f"built {image.ref} in {k8s_binaries.format_duration(elapsed)}")
     return image.ref, elapsed
-
-
-def load_times() -> dict[str, float]:
-    try:
-        loaded: dict[str, float] = json.loads(BUILD_TIMES.read_text())
-    except (OSError, ValueError):
-        return {}
-    return loaded
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -712,7 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "list":
             missing = 0
-            times = load_times()
+            times = k8s_binaries.load_build_times(BUILD_TIMES)
             for key, image in catalogue().items():
                 # The Slurm tag comes from the root filesystem, which list never builds.
                 built_root = (ROOTS_DIR / f"{SLURM_SUITE}-slurm").exists()
