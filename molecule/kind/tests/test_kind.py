@@ -10,58 +10,19 @@ Slurm's cgroup plugins work inside a slurmd pod.
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import subprocess
-import time
-import urllib.request
 from typing import Any
 
 import pytest
 import testinfra
+from kind_cluster import NAMESPACE, configured, kubectl_json, submit, wait_for_state
 
-NAMESPACE = os.environ.get("HPCOPS_KIND_SLURM_NAMESPACE", "slurm")
-SLURMRESTD = os.environ.get("HPCOPS_KIND_SLURMRESTD", "")
-TOKEN_SECRET = os.environ.get("HPCOPS_KIND_TOKEN_SECRET", "")
-API = "v0.0.44"
 SLURM_POOL = "slurm"
-# The token is SlurmUser's (verify_kind.yml), which may act for any user.
-JOB_USER = "alice"
+PARTITION = "batch"
 MIB = 1024 * 1024
 
 pytestmark = pytest.mark.skipif(
-    not (SLURMRESTD and TOKEN_SECRET),
-    reason="run by molecule verify (molecule/shared/verify_kind.yml)",
+    not configured(), reason="run by molecule verify (molecule/shared/verify_kind.yml)"
 )
-
-
-def kubectl_json(*args: str) -> Any:
-    out = subprocess.run(
-        ["kubectl", *args, "-o", "json"], capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout)
-
-
-def token() -> str:
-    secret = kubectl_json("get", "secret", "-n", NAMESPACE, TOKEN_SECRET)
-    return base64.b64decode(secret["data"]["auth-token"]).decode()
-
-
-def slurmrestd(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    request = urllib.request.Request(  # noqa: S310 - the scenario's own slurmrestd
-        f"{SLURMRESTD}/slurm/{API}/{path}",
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={
-            "X-SLURM-USER-TOKEN": token(),
-            "X-SLURM-USER-NAME": JOB_USER,
-            "Content-Type": "application/json",
-        },
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-        answer: dict[str, Any] = json.load(response)
-    return answer
 
 
 def slurmd_pods() -> list[dict[str, Any]]:
@@ -91,44 +52,6 @@ def pod_host(pod: dict[str, Any]) -> Any:
 
 def node_host(pod: dict[str, Any]) -> Any:
     return testinfra.get_host(f"docker://{pod['spec']['nodeName']}")
-
-
-def submit(name: str, script: str, memory_mib: int) -> int:
-    answer = slurmrestd(
-        "POST",
-        "job/submit",
-        {
-            "job": {
-                "name": name,
-                "partition": "batch",
-                "cpus_per_task": 1,
-                "memory_per_node": {"set": True, "number": memory_mib},
-                "current_working_directory": "/tmp",
-                "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
-                "standard_output": "/tmp/hpcops-%j.out",
-                "script": script,
-            }
-        },
-    )
-    assert not answer.get("errors"), answer["errors"]
-    return int(answer["job_id"])
-
-
-def job(job_id: int) -> dict[str, Any]:
-    jobs: list[dict[str, Any]] = slurmrestd("GET", f"job/{job_id}")["jobs"]
-    return jobs[0]
-
-
-def wait_for_state(job_id: int, wanted: set[str], timeout_s: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        record = job(job_id)
-        if set(record["job_state"]) & wanted:
-            return record
-        assert time.monotonic() < deadline, (
-            f"job {job_id} still {record['job_state']} after {timeout_s:.0f} s"
-        )
-        time.sleep(1)
 
 
 def test_slurmd_runs_as_a_container_on_the_slurm_worker(slurmd_pod: dict[str, Any]) -> None:
@@ -169,7 +92,7 @@ sleep 20
 
 
 def test_a_job_runs_under_the_limits_cgroup_conf_asks_for(slurmd_pod: dict[str, Any]) -> None:
-    job_id = submit("hpcops-limits", LIMITS_SCRIPT, memory_mib=100)
+    job_id = submit("hpcops-limits", LIMITS_SCRIPT, partition=PARTITION, memory_mib=100)
     record = wait_for_state(job_id, {"RUNNING", "COMPLETED", "FAILED"})
     assert "RUNNING" in record["job_state"], record["job_state"]
     pods = {pod["spec"]["hostname"]: pod for pod in slurmd_pods()}
@@ -189,6 +112,6 @@ def test_a_job_runs_under_the_limits_cgroup_conf_asks_for(slurmd_pod: dict[str, 
 
 def test_a_job_over_its_memory_is_killed_by_the_kernel() -> None:
     script = '#!/bin/bash\ngawk \'BEGIN { x = sprintf("%300000000s", ""); print length(x) }\'\n'
-    job_id = submit("hpcops-oom", script, memory_mib=100)
+    job_id = submit("hpcops-oom", script, partition=PARTITION, memory_mib=100)
     record = wait_for_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"})
     assert "OUT_OF_MEMORY" in record["job_state"], record["job_state"]
