@@ -361,45 +361,45 @@ class Recipe:
     def trial(self, number: int, cap_s: float) -> Trial:
         wait_until(self.ready, 180, "the recipe's slurmd pod to run and its node to be idle")
         job_id = self.cluster.submit(self.node, 600)
-        seen = {p["metadata"]["uid"] for p in self.cluster.slurmd_pods(self.node)}
+        first = {p["metadata"]["uid"] for p in self.cluster.slurmd_pods(self.node)}
         name = f"recipe-{number}"
         started = time.monotonic()
         self.cluster.app_pod(name, self.node, anti_affinity=True)
         trial = Trial(seconds=cap_s, ran=False)
+        events: dict[str, float] = {}  # what happened when, seconds after the app pod
+        replacements: dict[str, str] = {}  # uid -> the latest phase of a re-created pod
         while time.monotonic() - started < cap_s:
+            now = time.monotonic() - started
             pods = self.cluster.slurmd_pods(self.node)
-            seen |= {p["metadata"]["uid"] for p in pods}
+            uids = {p["metadata"]["uid"] for p in pods}
+            if any(p["metadata"].get("deletionTimestamp") for p in pods):
+                events.setdefault("slurmd deleted", now)
+            if not first & uids:
+                events.setdefault("slurmd gone", now)
+            for pod in pods:
+                if pod["metadata"]["uid"] not in first:
+                    events.setdefault("slurmd re-created", now)
+                    replacements[pod["metadata"]["uid"]] = pod["status"].get("phase", "")
             running = self.cluster.app_running(name)
-            live_slurmd = [
-                p
+            if running and any(
+                p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
                 for p in pods
-                if p["status"].get("phase") == "Running"
-                and not p["metadata"].get("deletionTimestamp")
-            ]
-            if running and live_slurmd:
+            ):
                 trial.together = True
             if running and not trial.ran:
                 trial.ran = True
-                trial.seconds = time.monotonic() - started
-            if trial.ran and time.monotonic() - started > trial.seconds + 5:
-                break  # watch a little longer: does a slurmd pod come back next to it?
+                trial.seconds = now
+            if trial.ran and now > trial.seconds + 15:
+                break  # watch on: does a slurmd pod come back next to it?
             time.sleep(0.1)
-        live = {
-            p["metadata"]["uid"]
-            for p in self.cluster.slurmd_pods(self.node)
-            if not p["metadata"].get("deletionTimestamp")
-        }
-        trial.evictions = len(seen - live)
-        for pod in self.cluster.slurmd_pods(self.node):  # what its controller made meanwhile
-            if pod["metadata"]["uid"] in live and pod["status"].get("phase") != "Running":
-                scheduled = [
-                    c.get("message", "")
-                    for c in pod["status"].get("conditions") or []
-                    if c.get("type") == "PodScheduled" and c.get("status") == "False"
-                ]
-                trial.notes.append(
-                    f"replacement slurmd pod {pod['status'].get('phase')}: {' '.join(scheduled)}"
-                )
+        trial.evictions = len(first) - len(
+            [p for p in self.cluster.slurmd_pods(self.node) if p["metadata"]["uid"] in first]
+        )
+        trial.notes.append(", ".join(f"{what} {at:.1f}" for what, at in events.items()))
+        if replacements:
+            trial.notes.append(
+                f"re-created slurmd pods, last seen: {sorted(replacements.values())}"
+            )
         self.cluster.job_outcome(job_id, trial)
         self.cluster.delete_apps()
         return trial

@@ -11,6 +11,7 @@ the resourceVersion it was computed from, so two runs never both make a transiti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -65,6 +66,7 @@ JSON = dict[str, t.Any]
 # Tests stop a run right after the named step (`lend:label`, `reclaim:drain`, ...), as a
 # crash would, to show that the next run finishes the handover.
 FAULT_ENV = "HPCOPS_HANDOVER_FAULT"
+DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
 FAULT_EXIT = 75
 CONFLICT_RETRIES = 5
 SHARED_READS_FROM = 4  # workers polling at once from which they share one read of all nodes
@@ -776,18 +778,21 @@ class Handover:
         def slurmd_gone() -> bool:
             return not [pod for pod in self.kube.pods_on(name) if is_slurmd_pod(pod)]
 
-        if not self._wait(slurmd_gone, self.settings.pod_timeout_s):
-            # The operator did not act: the node is drained and no NodeSet selects it any more,
-            # so deleting the pod loses nothing and nothing re-creates it.
-            for pod in self.kube.pods_on(name):
-                if is_slurmd_pod(pod):
-                    self.kube.delete_pod(pod)
-            outcome.warnings.append("the operator left the slurmd pod; deleted it")
-            if not self._wait(slurmd_gone, self.settings.pod_timeout_s):
-                raise StepFailed(
-                    f"the slurmd pod on {name} is still there {self.settings.pod_timeout_s:g} s "
-                    "after it was deleted"
-                )
+        # The Slurm node is drained and idle and no NodeSet selects the node any more, so the
+        # pod goes now: the operator would delete it too, but only after its next look at
+        # Slurm (2 to 7 s in kind). A pod it re-creates from a view that still has the label
+        # cannot be bound: its node selector wants the label the scheduler no longer sees.
+        # Right after a DOWN escalation the job's processes still run in the container
+        # (Slurm does not signal a DOWN node), and slurmd given SIGTERM then may hold its pod
+        # for the whole termination grace (measured in kind): the operator's pace first.
+        if "escalate" in outcome.steps:
+            self._wait(slurmd_gone, self.settings.pod_timeout_s)
+        grace_s = self._delete_slurmd_pods(name)
+        if not self._wait(slurmd_gone, grace_s + self.settings.pod_timeout_s):
+            raise StepFailed(
+                f"the slurmd pod on {name} is still there {grace_s + self.settings.pod_timeout_s:g} s "
+                f"after it was deleted (its termination grace {grace_s:g} s and pod_timeout_s)"
+            )
         self._step(outcome, "pod_gone")
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         if self.slurm.node(slurm_name) is not None:
@@ -800,6 +805,21 @@ class Handover:
             self._step(outcome, "slurm_removed", "", f"Slurm node {slurm_name} deleted")
         self._free(name, outcome, "", reclaimed=True)
         outcome.result = "free"
+
+    def _delete_slurmd_pods(self, name: str) -> float:
+        """Delete the node's slurmd pods; the longest termination grace they have."""
+        grace_s = 0.0
+        for pod in self.kube.pods_on(name):
+            if not is_slurmd_pod(pod):
+                continue
+            spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds")
+            grace_s = max(grace_s, float(DEFAULT_POD_GRACE_S if spec_grace is None else spec_grace))
+            if pod["metadata"].get("deletionTimestamp"):
+                continue  # on its way already
+            # Changed meanwhile: the operator is at it too; the wait sees the pod go.
+            with contextlib.suppress(Conflict):
+                self.kube.delete_pod(pod)
+        return grace_s
 
     def _free(self, name: str, outcome: Outcome, reason: str, *, reclaimed: bool) -> None:
         def free(current: JSON) -> JSON:

@@ -23,7 +23,8 @@ description:
     node DOWN so Slurm requeues its batch jobs, and ends those that cannot be requeued,
     listed in C(jobs.ended_not_requeueable); V(cancel) cancels them; V(wait) touches no job
     and reports the node C(blocked)); remove the lend label; wait until the slurmd pod is
-    gone (deleting it after O(pod_timeout_s)); delete the Slurm node record; remove the
+    gone (deleting it: the node is drained and no NodeSet selects it); delete the Slurm
+    node record; remove the
     taint and journal C(free)."
   - V(resume) finishes what an earlier run left in C(lending) or C(reclaiming); lend and
     reclaim resume such nodes too.
@@ -100,8 +101,8 @@ options:
     default: 120
   pod_timeout_s:
     description:
-      - Seconds to wait for the operator to remove the slurmd pod after the label is removed,
-        before it is deleted directly; and for jobs to leave after the escalation.
+      - Seconds to wait for the slurmd pod to go once it is deleted, beyond its own
+        termination grace; and for jobs to leave after the escalation.
     type: float
     default: 30
   poll_interval_s:

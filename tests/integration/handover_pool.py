@@ -28,7 +28,6 @@ MERGE = "application/merge-patch+json"
 JOURNAL = "hpcops.io/handover"
 LEND_LABEL = "hpcops.io/slurm-lent"
 TAINT = "hpcops.io/lent"
-DEADLINE_S = 90.0
 FAULT_EXIT = 75  # node_handover's exit when a test stops it after a step
 PLAYBOOKS = REPO / "playbooks"
 # Lab policy: nothing waits for idle time or cool-down, and no headroom unless a test says.
@@ -172,9 +171,8 @@ class Pool:
         wait_until(idle, 60, f"Slurm node {name} to be IDLE")
         return found
 
-    def submit(self, node: str, seconds: int, *, requeue: bool = True, pinned: bool = True) -> int:
-        """A backfill job that runs on `node` (named in the job when pinned; otherwise the
-        only lent node must be `node`)."""
+    def submit(self, node: str, seconds: int) -> int:
+        """A requeue-able backfill job that runs on `node` (named in the job)."""
         status, body = self.slurm.request(
             "POST",
             f"/slurm/{self.slurm.api}/job/submit",
@@ -182,8 +180,8 @@ class Pool:
                 "job": {
                     "name": f"backfill-{seconds}s",
                     "partition": "backfill",
-                    **({"required_nodes": [node]} if pinned else {}),
-                    "requeue": requeue,
+                    "required_nodes": [node],
+                    "requeue": True,
                     "current_working_directory": "/tmp",
                     "environment": ["PATH=/usr/bin:/bin"],
                     "script": f"#!/bin/sh\nsleep {seconds}\n",

@@ -6,6 +6,12 @@ slurmctld, slurmrestd and a real slurmd per lent node, through the playbooks use
 
 The pool and its fixtures are in handover_pool.py.  Every test starts and ends with the
 pool free and clean.
+
+What a real kubelet decides lives in molecule's handover scenario (kind), not here: a job
+drained and given its grace, the requeue at the deadline, and runs stopped while the slurmd
+container starts or stops, while its pod is Terminating or while a job still runs on the
+drained node (molecule/handover/tests).  Here, a pod runs the instant it is bound and goes
+the instant it is deleted.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import typing as t
 
 import pytest
@@ -22,7 +27,7 @@ from ansible_runner import (
     LAB_INVENTORY,
     ansible_env,
 )
-from handover_pool import DEADLINE_S, FAULT_EXIT, LENDABLE, PLAYBOOKS, POLICY, Pool
+from handover_pool import FAULT_EXIT, LENDABLE, PLAYBOOKS, POLICY, Pool
 from slurm_lab import wait_until
 
 pytest_plugins = ["k8s_fixtures", "handover_pool"]
@@ -82,67 +87,6 @@ def test_lend_gives_idle_pool_nodes_to_slurm_and_leaves_the_rest(clean_pool: Poo
     assert re.search(r'"gpu01 +Ready,never-touch +0 +free ', run.output)
 
 
-def test_reclaim_waits_for_the_job_then_the_pending_pod_runs(clean_pool: Pool) -> None:
-    pool = clean_pool
-    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
-    job_id = pool.submit("int01", 12)
-    # The applications fill int02 and want one more node: only int01 could take it.
-    pool.app_pod("filler", {"kubernetes.io/hostname": "int02"}, cpu="32")
-    wait_until(lambda: pool.running_on("filler") == "int02", 30, "the filler pod to run")
-    pool.app_pod("notebook", {"hpcops.io/pool": "interactive"}, cpu="16")
-
-    def unschedulable() -> bool:
-        conditions = pool.pod("notebook")["status"].get("conditions") or []
-        return any(c.get("reason") == "Unschedulable" for c in conditions)
-
-    wait_until(unschedulable, 30, "the notebook pod to be Unschedulable")
-    started = time.monotonic()
-    run = pool.playbook("reclaim")  # no node named: as many as the pending pod needs
-    assert not run.failed, run.failures()
-    # The job had its grace (60 s): it ran to its end, nothing was killed or requeued.
-    job = pool.job(job_id)
-    assert job["job_state"] == ["COMPLETED"], job["job_state"]
-    assert job["restart_cnt"] == 0
-    # Only after the job was done did the node go back, and the pod runs on it.
-    assert time.monotonic() - started >= 5
-    wait_until(lambda: pool.running_on("notebook") == "int01", 30, "the notebook on int01")
-    pool.assert_clean("int01")
-    assert pool.events("int01")[-3:] == ["HandoverLent", "HandoverReclaiming", "HandoverReturned"]
-
-
-def test_at_the_deadline_a_requeueable_job_is_requeued_and_runs_again(clean_pool: Pool) -> None:
-    pool = clean_pool
-    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
-    # Not pinned to int01 by name: Slurm would not take a job that names a node which has
-    # left the cluster back into the queue's running.
-    job_id = pool.submit("int01", 600, pinned=False)
-    policy = {**POLICY, "partitions": {"backfill": {"grace_s": 3, "escalation": "requeue"}}}
-    run = pool.playbook("reclaim", handover_nodes=["int01"], handover_policy=policy)
-    assert not run.failed, run.failures()
-    pool.assert_clean("int01")
-    assert pool.events("int01")[-4:] == [
-        "HandoverLent",
-        "HandoverReclaiming",
-        "HandoverEscalated",
-        "HandoverReturned",
-    ]
-    # Not lost: back in the queue (Slurm holds a requeued job back for a while).
-    job = pool.job(job_id)
-    assert job["job_state"] == ["PENDING"] and job["restart_cnt"] == 1, job["job_state"]
-    # It runs again once a node is lent again and it may start (an operator's
-    # `scontrol update begintime=now` stands in for Slurm's requeue hold).
-    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
-    status, body = pool.slurm.request(
-        "POST",
-        f"/slurm/{pool.slurm.api}/job/{job_id}",
-        {"begin_time": {"set": True, "number": int(time.time())}},
-    )
-    assert status == 200, body
-    wait_until(
-        lambda: "RUNNING" in pool.job(job_id)["job_state"], DEADLINE_S, "the job to run again"
-    )
-
-
 def test_under_wait_no_job_is_touched_and_the_node_is_blocked(clean_pool: Pool) -> None:
     pool = clean_pool
     assert not pool.playbook("lend", handover_nodes=["int01"]).failed
@@ -198,7 +142,7 @@ def resume_run(pool: Pool) -> t.Any:
     return run
 
 
-@pytest.mark.parametrize("step", ["taint", "recheck", "label"])
+@pytest.mark.parametrize("step", ["taint", "recheck"])
 def test_a_lend_stopped_after_any_step_is_finished_by_the_next_run(
     clean_pool: Pool, step: str
 ) -> None:
@@ -214,7 +158,7 @@ def test_a_lend_stopped_after_any_step_is_finished_by_the_next_run(
     assert pool.journal("int02")["state"] == "free"  # the budget went to finishing int01
 
 
-@pytest.mark.parametrize("step", ["journal", "drain", "drained", "unlabel", "pod_gone"])
+@pytest.mark.parametrize("step", ["journal", "drained"])
 def test_a_reclaim_stopped_after_any_step_is_finished_by_the_next_run(
     clean_pool: Pool, step: str
 ) -> None:

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""`molecule test -s kind` with images built on this machine, as `make test` runs it.
+"""`molecule test -s kind` and `-s handover` with images built here, as `make test` runs them.
 
-The scenario (molecule/kind) makes a kind cluster of real kubelets and containers, runs
-site.yml on it twice (the second run must change nothing), runs Slurm jobs in the slurmd
-containers and checks their cgroup limits (molecule/kind/tests), and destroys the cluster,
-checking that no container, volume, network, mount or iptables rule is left.
+Each scenario makes a kind cluster of real kubelets and containers and runs site.yml on it.
+The kind scenario runs it twice (the second run must change nothing), runs Slurm jobs in
+the slurmd containers and checks their cgroup limits (molecule/kind/tests); the handover
+scenario lends, reclaims and rebalances the interactive workers, with runs stopped after a
+step and resumed (molecule/handover/tests).  Each destroys its cluster, checking that no
+container, volume, network, mount or iptables rule is left.
 
 Here nothing can be pulled, so the images come from ``tests/lab/kind_images.py`` (built
 once, cached in $HPCOPS_LAB_CACHE) and the scenario runs with HPCOPS_KIND_IMAGES=local.
@@ -81,7 +83,15 @@ def local_images(docker_engine: SessionEngine) -> dict[str, str]:
     return refs
 
 
-def test_molecule_kind_scenario_passes_offline(local_images: dict[str, str]) -> None:
+# What each scenario's log says that is worth a line in the test report.
+REPORTED = {
+    "kind": re.compile(r"job \d+ on .*memory"),
+    "handover": re.compile(r"\.yml.*: rc \d+ in |slurmd pods while|PASSED|FAILED"),
+}
+
+
+@pytest.mark.parametrize("scenario", ["kind", "handover"])
+def test_molecule_scenario_passes_offline(local_images: dict[str, str], scenario: str) -> None:
     env = {
         **os.environ,
         "HPCOPS_KIND_IMAGES": "local",
@@ -91,7 +101,7 @@ def test_molecule_kind_scenario_passes_offline(local_images: dict[str, str]) -> 
     }
     started = time.monotonic()
     proc = subprocess.run(
-        ["molecule", "test", "-s", "kind"],
+        ["molecule", "test", "-s", scenario],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -102,16 +112,17 @@ def test_molecule_kind_scenario_passes_offline(local_images: dict[str, str]) -> 
     )
     took = time.monotonic() - started
     output = proc.stdout
-    Path(REPO / ".kind/molecule-test.log").write_text(output)
+    log = REPO / f".kind/molecule-{scenario}.log"
+    log.write_text(output)
     print(
-        f"\nmolecule test -s kind: exit {proc.returncode} in {minutes(took)} "
-        f"(log: .kind/molecule-test.log)"
+        f"\nmolecule test -s {scenario}: exit {proc.returncode} in {minutes(took)} "
+        f"(log: {log.relative_to(REPO)})"
     )
     for action, took_text in action_times(output):
         print(f"  {action:<12}{took_text}")
     for line in output.splitlines():
-        if "job " in line and " on " in line and "memory" in line:
-            print(line.strip().strip('",'))
+        if REPORTED[scenario].search(line):
+            print("  " + line.strip().strip('",'))
     assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
 
 
