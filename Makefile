@@ -35,7 +35,7 @@ help:
 	@echo "make setup  the virtualenv (.venv) and the collection link used by the other targets"
 	@echo "Parts of test: lint sanity build-check changelog-lint ee-check units integration"
 	@echo "The lab (root): lab-up lab-down lab-status; record-slurm-fixtures re-records unit fixtures"
-	@echo "kind (root): kind-images builds every image molecule's kind scenario needs; kind-down stops dockerd"
+	@echo "kind (root): kind-images builds every image molecule's kind scenarios need; kind-down stops dockerd"
 
 # The venv is rebuilt when a requirements file changes.
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -186,6 +186,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/handover_plan_scale.py
 	@echo "benchmarks/handover_reclaim.py needs the lab (make lab-up) and runs in it"
 	$(BIN)/python benchmarks/handover_reclaim.py
+	@echo "benchmarks/handover_kind.py needs the handover cluster: molecule converge -s handover (README)"
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output

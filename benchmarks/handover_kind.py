@@ -349,6 +349,22 @@ class Recipe:
             self.cluster.slurm.delete_node(self.node)
         self.cluster.delete("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS)
 
+    def nodeset_pods(self) -> list[dict[str, t.Any]]:
+        """The NodeSet's pods meant for the bench node, bound or not (a Pending pod the
+        scheduler has not placed has no node name; its node affinity names the node)."""
+        return [
+            pod
+            for pod in list_objects(
+                self.cluster.client,
+                "v1",
+                "Pod",
+                namespace=SLURM_NAMESPACE,
+                label_selector="app.kubernetes.io/name=slurmd",
+            )
+            if pod["spec"].get("nodeName") == self.node
+            or (not pod["spec"].get("nodeName") and self.node in str(pod["spec"].get("affinity")))
+        ]
+
     def ready(self) -> bool:
         pods = self.cluster.slurmd_pods(self.node)
         if not pods or any(p["metadata"].get("deletionTimestamp") for p in pods):
@@ -376,10 +392,13 @@ class Recipe:
                 events.setdefault("slurmd deleted", now)
             if not first & uids:
                 events.setdefault("slurmd gone", now)
-            for pod in pods:
+            for pod in self.nodeset_pods():
                 if pod["metadata"]["uid"] not in first:
                     events.setdefault("slurmd re-created", now)
-                    replacements[pod["metadata"]["uid"]] = pod["status"].get("phase", "")
+                    bound = "bound" if pod["spec"].get("nodeName") else "unbound"
+                    replacements[pod["metadata"]["uid"]] = f"{pod['status'].get('phase')} {bound}"
+                    if bound == "bound":
+                        events.setdefault("slurmd re-created pod bound", now)
             running = self.cluster.app_running(name)
             if running and any(
                 p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")

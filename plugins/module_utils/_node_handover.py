@@ -66,8 +66,8 @@ JSON = dict[str, t.Any]
 # Tests stop a run right after the named step (`lend:label`, `reclaim:drain`, ...), as a
 # crash would, to show that the next run finishes the handover.
 FAULT_ENV = "HPCOPS_HANDOVER_FAULT"
-DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
 FAULT_EXIT = 75
+DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
 CONFLICT_RETRIES = 5
 SHARED_READS_FROM = 4  # workers polling at once from which they share one read of all nodes
 # slurmrestd answers these when it, or slurmctld behind it, is briefly out of reach.

@@ -22,10 +22,9 @@ description:
     idle or the deadline passes, then apply the partition's escalation (V(requeue) marks the
     node DOWN so Slurm requeues its batch jobs, and ends those that cannot be requeued,
     listed in C(jobs.ended_not_requeueable); V(cancel) cancels them; V(wait) touches no job
-    and reports the node C(blocked)); remove the lend label; wait until the slurmd pod is
-    gone (deleting it: the node is drained and no NodeSet selects it); delete the Slurm
-    node record; remove the
-    taint and journal C(free)."
+    and reports the node C(blocked)); remove the lend label; delete the drained slurmd pod
+    (after an escalation, once the operator has had O(pod_timeout_s) to do it) and wait
+    until it is gone; delete the Slurm node record; remove the taint and journal C(free)."
   - V(resume) finishes what an earlier run left in C(lending) or C(reclaiming); lend and
     reclaim resume such nodes too.
   - "V(clean_orphans) takes Slurm node names (M(hpcops.slinky.handover_plan)'s C(orphans)):
@@ -102,7 +101,8 @@ options:
   pod_timeout_s:
     description:
       - Seconds to wait for the slurmd pod to go once it is deleted, beyond its own
-        termination grace; and for jobs to leave after the escalation.
+        termination grace; for the operator to remove it first after an escalation; and for
+        jobs to leave after the escalation.
     type: float
     default: 30
   poll_interval_s:
