@@ -123,7 +123,7 @@ class Started:
         )
 
     def finish(self) -> Run:
-        output, _ = self.process.communicate(timeout=600)
+        output = self.process.communicate(timeout=600)[0]
         run = Run(self.process.returncode, output, seconds=time.monotonic() - self.started)
         if self.summary.exists():
             run.summary = json.loads(self.summary.read_text())
@@ -364,7 +364,7 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp: Pa
 
 def stopped_and_resumed(
     tmp: Path, name: str, fault: str, stopped: Any, resume: str = "", **options: Any
-) -> tuple[Run, Run, list[str]]:
+) -> tuple[Run, list[str]]:
     """A run stopped after a step, and the next run queued behind it on the Lease.
 
     The next run starts the moment the stopped one lets the Lease go, while the kubelet is
@@ -387,14 +387,14 @@ def stopped_and_resumed(
     crashed, resumed = crashing.finish(), resuming.finish()
     print(f"slurmd pods while the runs went on: {seen}")
     assert crashed.rc != 0 and crashed.summary["outcome"] == "failed", succeeded(crashed)
-    return crashed, resumed, seen
+    return resumed, seen
 
 
 def test_a_lend_and_a_reclaim_stopped_while_slurmd_starts_and_stops_are_finished(
     workers: list[str], tmp: Path
 ) -> None:
     first, second = workers
-    _, resumed, seen = stopped_and_resumed(
+    resumed, seen = stopped_and_resumed(
         tmp, "lend", "lend:label", lambda: marks(first) == (True, True), nodes=[first]
     )
     # The label was on before slurmd ran: the next run found the container starting.
@@ -406,7 +406,7 @@ def test_a_lend_and_a_reclaim_stopped_while_slurmd_starts_and_stops_are_finished
 
     app_pod("notebook", on=first)
     wait(lambda: app_waits("notebook"), 30, "the notebook waiting")
-    _, resumed, seen = stopped_and_resumed(
+    resumed, seen = stopped_and_resumed(
         tmp, "reclaim", "reclaim:unlabel", lambda: marks(first) == (False, True), nodes=[first]
     )
     # The label went while slurmd still ran; the taint stayed until its pod was gone.
