@@ -41,7 +41,7 @@ from kind_cluster import (
     wait_for_state,
 )
 
-REPO = Path(os.environ.get("HPCOPS_KIND_REPO", Path(__file__).resolve().parents[3]))
+REPO = Path(__file__).resolve().parents[3]
 INVENTORY = REPO / "inventories" / "kind"
 APP_IMAGE = os.environ.get("HPCOPS_KIND_APP_IMAGE", "")
 APPS = "apps"
@@ -136,6 +136,12 @@ class Started:
 
 def playbook(name: str, tmp: Path, **options: Any) -> Run:
     return Started(name, tmp, **options).finish()
+
+
+def assert_stopped(run: Run) -> None:
+    """The run failed where the fault stopped its module, and recorded that it failed."""
+    assert f'"rc": {FAULT_EXIT}' in run.output, succeeded(run)
+    assert run.rc != 0 and run.summary["outcome"] == "failed", succeeded(run)
 
 
 def succeeded(run: Run) -> str:
@@ -299,11 +305,6 @@ def workers() -> list[str]:
     return names[:2]
 
 
-@pytest.fixture
-def tmp(tmp_path: Path) -> Path:
-    return tmp_path
-
-
 @pytest.fixture(autouse=True)
 def free_pool(workers: list[str], tmp_path: Path) -> Iterator[None]:
     """Each test starts with the pool free, and its jobs and pods gone after it."""
@@ -322,15 +323,15 @@ def free_pool(workers: list[str], tmp_path: Path) -> Iterator[None]:
 # -- the tests -----------------------------------------------------------------------------
 
 
-def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp: Path) -> None:
+def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_path: Path) -> None:
     """The whole loan: lend, a job, reclaim at the deadline, the application, the requeue."""
     first, second = workers
-    run = playbook("status", tmp)
+    run = playbook("status", tmp_path)
     assert run.rc == 0, succeeded(run)
     assert {row["node"]: row["journal"] for row in run.status} == dict.fromkeys(workers, "free")
-    lend(first, tmp)
+    lend(first, tmp_path)
     assert marks(first) == (True, True)
-    run = playbook("status", tmp)
+    run = playbook("status", tmp_path)
     assert {row["node"]: row["journal"] for row in run.status}[first] == "lent", run.status
 
     job_id = submit("hpcops-loan", hold(600), partition=PARTITION, requeue=True)
@@ -338,7 +339,7 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp: Pa
     app_pod("notebook-1", on=first)
     wait(lambda: app_waits("notebook-1"), 30, "the notebook unschedulable on the lent node")
 
-    run = playbook("reclaim", tmp, nodes=[first])
+    run = playbook("reclaim", tmp_path, nodes=[first])
     assert run.rc == 0 and run.summary["returned"] == [first], succeeded(run)
     # The job ran until the partition's grace was over, then went back to the queue.
     assert run.seconds >= GRACE_S, f"reclaim took {run.seconds:.1f} s, grace {GRACE_S} s"
@@ -347,7 +348,7 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp: Pa
     given_back(first, "notebook-1")
 
     # The next scheduled run lends the idle worker, and the requeued job runs there.
-    run = playbook("rebalance", tmp)
+    run = playbook("rebalance", tmp_path)
     assert run.rc == 0 and run.summary["lent"] == [second], succeeded(run)
     release(job_id)
     assert wait_running_on(job_id, second)["restart_cnt"] >= 1
@@ -356,25 +357,26 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp: Pa
     # Demand for the second worker: the next run gives it back (the job is requeued again).
     app_pod("notebook-2", on=second)
     wait(lambda: app_waits("notebook-2"), 30, "the second notebook waiting")
-    run = playbook("rebalance", tmp)
+    run = playbook("rebalance", tmp_path)
     assert run.rc == 0 and run.summary["returned"] == [second], succeeded(run)
     given_back(second, "notebook-2")
     assert "PENDING" in job(job_id)["job_state"]
 
 
 def stopped_and_resumed(
-    tmp: Path, name: str, fault: str, stopped: Any, resume: str = "", **options: Any
+    tmp_path: Path, name: str, fault: str, stopped: Any, **options: Any
 ) -> tuple[Run, list[str]]:
     """A run stopped after a step, and the next run queued behind it on the Lease.
 
     The next run starts the moment the stopped one lets the Lease go, while the kubelet is
-    still at work on what the stopped run began. `stopped` says, from the journal, that the
-    run has taken the step; what the node's slurmd pods are from then on is returned.
+    still at work on what the stopped run began. `stopped` says, from the Node, that the run
+    has taken the step. Returns the next run, and the states the node's slurmd pods went
+    through from then on.
     """
-    crashing = Started(name, tmp, fault=fault, **options)
+    crashing = Started(name, tmp_path, fault=fault, **options)
     wait(stopped, 120, f"the run to take the step before {fault}")
     seen: list[str] = []
-    resuming = Started(resume or name, tmp, handover_lease_wait_s=120, **options)
+    resuming = Started(name, tmp_path, handover_lease_wait_s=120, **options)
     while resuming.process.poll() is None:
         pods = slurmd_pods(options["nodes"][0])
         state = ",".join(
@@ -386,16 +388,16 @@ def stopped_and_resumed(
         time.sleep(0.2)
     crashed, resumed = crashing.finish(), resuming.finish()
     print(f"slurmd pods while the runs went on: {seen}")
-    assert crashed.rc != 0 and crashed.summary["outcome"] == "failed", succeeded(crashed)
+    assert_stopped(crashed)
     return resumed, seen
 
 
 def test_a_lend_and_a_reclaim_stopped_while_slurmd_starts_and_stops_are_finished(
-    workers: list[str], tmp: Path
+    workers: list[str], tmp_path: Path
 ) -> None:
     first, second = workers
     resumed, seen = stopped_and_resumed(
-        tmp, "lend", "lend:label", lambda: marks(first) == (True, True), nodes=[first]
+        tmp_path, "lend", "lend:label", lambda: marks(first) == (True, True), nodes=[first]
     )
     # The label was on before slurmd ran: the next run found the container starting.
     assert resumed.rc == 0 and resumed.summary["outcome"] == "done", succeeded(resumed)
@@ -407,7 +409,7 @@ def test_a_lend_and_a_reclaim_stopped_while_slurmd_starts_and_stops_are_finished
     app_pod("notebook", on=first)
     wait(lambda: app_waits("notebook"), 30, "the notebook waiting")
     resumed, seen = stopped_and_resumed(
-        tmp, "reclaim", "reclaim:unlabel", lambda: marks(first) == (False, True), nodes=[first]
+        tmp_path, "reclaim", "reclaim:unlabel", lambda: marks(first) == (False, True), nodes=[first]
     )
     # The label went while slurmd still ran; the taint stayed until its pod was gone.
     assert resumed.rc == 0 and resumed.summary["returned"] == [first], succeeded(resumed)
@@ -416,12 +418,12 @@ def test_a_lend_and_a_reclaim_stopped_while_slurmd_starts_and_stops_are_finished
 
 
 def test_a_reclaim_stopped_once_the_pod_is_gone_leaves_the_taint_until_resumed(
-    workers: list[str], tmp: Path
+    workers: list[str], tmp_path: Path
 ) -> None:
     first = workers[0]
-    lent_with_a_waiting_notebook(first, tmp)
-    crashed = playbook("reclaim", tmp, nodes=[first], fault="reclaim:pod_gone")
-    assert crashed.rc != 0, succeeded(crashed)
+    lent_with_a_waiting_notebook(first, tmp_path)
+    crashed = playbook("reclaim", tmp_path, nodes=[first], fault="reclaim:pod_gone")
+    assert_stopped(crashed)
     # The step ends only when the kubelet has stopped the container and the pod object is
     # gone (a Terminating pod still holds the node): the taint is still on.
     assert not slurmd_pods(first), [p["metadata"] for p in slurmd_pods(first)]
@@ -430,29 +432,29 @@ def test_a_reclaim_stopped_once_the_pod_is_gone_leaves_the_taint_until_resumed(
     # Slurm node while the container stopped.
     assert first not in slurm_nodes()
     assert app_phase("notebook")[0] == "Pending"
-    run = playbook("rebalance", tmp)
+    run = playbook("rebalance", tmp_path)
     assert run.rc == 0, succeeded(run)
     given_back(first, "notebook")
 
 
 def test_a_reclaim_stopped_while_the_drain_waits_on_a_job_lets_it_end(
-    workers: list[str], tmp: Path
+    workers: list[str], tmp_path: Path
 ) -> None:
     first = workers[0]
-    lend(first, tmp)
+    lend(first, tmp_path)
     job_id = submit("hpcops-drain", hold(20), partition=PARTITION)
     wait_running_on(job_id, first)
     app_pod("notebook", on=first)
     wait(lambda: app_waits("notebook"), 30, "the notebook waiting")
     policy = {**POLICY, "partitions": {PARTITION: {"grace_s": 120, "escalation": "requeue"}}}
-    crashed = playbook("reclaim", tmp, nodes=[first], fault="reclaim:drain", policy=policy)
-    assert crashed.rc != 0, succeeded(crashed)
+    crashed = playbook("reclaim", tmp_path, nodes=[first], fault="reclaim:drain", policy=policy)
+    assert_stopped(crashed)
     slurm_node = slurm_nodes()[first]
     assert "DRAIN" in slurm_node["state"] and slurm_node["reason"].startswith("hpcops: reclaim")
     assert "RUNNING" in job(job_id)["job_state"]  # drained, not killed
     assert marks(first) == (True, True)
     # No node named: the run finishes what is in flight first.
-    run = playbook("reclaim", tmp, policy=policy)
+    run = playbook("reclaim", tmp_path, policy=policy)
     assert run.rc == 0 and run.summary["returned"] == [first], succeeded(run)
     record = job(job_id)
     assert record["job_state"] == ["COMPLETED"] and record["restart_cnt"] == 0, record["job_state"]
