@@ -69,7 +69,11 @@ class Pool:
                 "policy": {"pool_selector": {"hpcops.io/pool": "interactive"}, **POLICY},
                 **args,
             },
-            env={"HPCOPS_HANDOVER_FAULT": fault} if fault else None,
+            # A run stopped on purpose exits without removing its module's payload from
+            # TMPDIR: keep it in the test's own directory, not in /tmp.
+            env={"HPCOPS_HANDOVER_FAULT": fault, "TMPDIR": str(self.key_path.parent)}
+            if fault
+            else None,
         )
 
     # -- Kubernetes ------------------------------------------------------------------

@@ -105,7 +105,9 @@ class Started:
         env = dict(os.environ, ANSIBLE_NOCOLOR="true")
         env.pop("HPCOPS_HANDOVER_FAULT", None)
         if fault:
-            env["HPCOPS_HANDOVER_FAULT"] = fault
+            # A run stopped on purpose exits without removing its module's payload from
+            # TMPDIR: keep it with the run's files, not in /tmp.
+            env.update(HPCOPS_HANDOVER_FAULT=fault, TMPDIR=str(self.files))
         self.started = time.monotonic()
         self.process = subprocess.Popen(
             [
