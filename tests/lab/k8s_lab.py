@@ -63,6 +63,7 @@ from typing import Any
 import k8s_binaries
 from k8s_binaries import KUBERNETES_VERSION
 from slurm_lab import (
+    CACHE_DIR,
     LabError,
     RunDirState,
     ensure_chroot,
@@ -557,6 +558,9 @@ class K8sLab(RunDirState):
                     "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
                     "HOME": str(self.run_dir),
                     "LC_ALL": "C",
+                    # The pod runner's Slurm pods live in this cache's chroot, where `down`
+                    # looks for what to stop.
+                    "HPCOPS_LAB_CACHE": str(CACHE_DIR),
                 },
                 start_new_session=True,
             )
