@@ -266,10 +266,15 @@ def lend(name: str, tmp: Path) -> None:
     idle(name)
 
 
+def waiting_notebook(on: str, name: str = "notebook") -> None:
+    """An application pod that waits for `on` (Unschedulable: the lent taint)."""
+    app_pod(name, on=on)
+    wait(lambda: app_waits(name), 30, f"{name} waiting for {on}")
+
+
 def lent_with_a_waiting_notebook(name: str, tmp: Path) -> None:
     lend(name, tmp)
-    app_pod("notebook", on=name)
-    wait(lambda: app_waits("notebook"), 30, "the notebook waiting for the lent node")
+    waiting_notebook(name)
 
 
 def idle(name: str) -> None:
@@ -338,8 +343,7 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_pat
 
     job_id = submit("hpcops-loan", hold(600), partition=PARTITION, requeue=True)
     wait_running_on(job_id, first)
-    app_pod("notebook-1", on=first)
-    wait(lambda: app_waits("notebook-1"), 30, "the notebook unschedulable on the lent node")
+    waiting_notebook(first, "notebook-1")
 
     run = playbook("reclaim", tmp_path, nodes=[first])
     assert run.rc == 0 and run.summary["returned"] == [first], succeeded(run)
@@ -357,8 +361,7 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_pat
     assert journal(first)["state"] == "free"  # it runs the notebook: never lent
 
     # Demand for the second worker: the next run gives it back (the job is requeued again).
-    app_pod("notebook-2", on=second)
-    wait(lambda: app_waits("notebook-2"), 30, "the second notebook waiting")
+    waiting_notebook(second, "notebook-2")
     run = playbook("rebalance", tmp_path)
     assert run.rc == 0 and run.summary["returned"] == [second], succeeded(run)
     given_back(second, "notebook-2")
@@ -408,8 +411,7 @@ def test_a_lend_and_a_reclaim_stopped_while_slurmd_starts_and_stops_are_finished
     idle(first)
     assert journal(second)["state"] == "free"
 
-    app_pod("notebook", on=first)
-    wait(lambda: app_waits("notebook"), 30, "the notebook waiting")
+    waiting_notebook(first)
     resumed, seen = stopped_and_resumed(
         tmp_path, "reclaim", "reclaim:unlabel", lambda: marks(first) == (False, True), nodes=[first]
     )
@@ -446,8 +448,7 @@ def test_a_reclaim_stopped_while_the_drain_waits_on_a_job_lets_it_end(
     lend(first, tmp_path)
     job_id = submit("hpcops-drain", hold(20), partition=PARTITION)
     wait_running_on(job_id, first)
-    app_pod("notebook", on=first)
-    wait(lambda: app_waits("notebook"), 30, "the notebook waiting")
+    waiting_notebook(first)
     policy = {**POLICY, "partitions": {PARTITION: {"grace_s": 120, "escalation": "requeue"}}}
     crashed = playbook("reclaim", tmp_path, nodes=[first], fault="reclaim:drain", policy=policy)
     assert_stopped(crashed)
