@@ -16,6 +16,13 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._helm_chart import (
     ChartSourceError,
     chart_args,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._slinky_release import (
+    VERSION_VARIABLES,
+    ReleaseError,
+    mirrored_image,
+    resolve,
+    version_problems,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_values import (
     ConfigError,
     autoscaling,
@@ -69,10 +76,30 @@ def slurm_cluster_autoscaling(
     ]
 
 
+def slinky_release(version: t.Any = None, variable: str = "slinky_version") -> dict[str, str]:
+    """The Slinky release a site pins (empty: the newest supported), with its line's defaults."""
+    try:
+        return resolve(version, variable)
+    except ReleaseError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+def slinky_version_problems(versions: t.Any) -> list[str]:
+    """Why a site's Slinky chart versions cannot be deployed together; [] when they can."""
+    if not isinstance(versions, dict) or set(versions) - set(VERSION_VARIABLES):
+        raise AnsibleFilterError(
+            f"slinky_version_problems: expected a mapping of {', '.join(VERSION_VARIABLES)}"
+        )
+    return version_problems(versions)
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "helm_chart_args": helm_chart_args,
+            "mirrored_image": mirrored_image,
+            "slinky_release": slinky_release,
+            "slinky_version_problems": slinky_version_problems,
             "slurm_cluster_values": slurm_cluster_values,
             "slurm_cluster_autoscaling": slurm_cluster_autoscaling,
         }

@@ -17,6 +17,12 @@ import typing as t
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import quantity
+from ansible_collections.hpcops.slinky.plugins.module_utils._slinky_release import (
+    ReleaseError,
+    release_line,
+)
+
 # Slurm names: NodeSet and partition names become slurm.conf words and Kubernetes names.
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 GRES_TYPE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -29,6 +35,9 @@ SCALING_MODES = ("StatefulSet", "DaemonSet")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# slurm.conf's mutually exclusive defaults of a job's memory (a site's own one wins).
+MEMORY_DEFAULTS = frozenset({"DefMemPerCPU", "DefMemPerNode", "DefMemPerGPU"})
 
 MCS_PLUGINS = ("none", "account", "group", "user", "label")
 MCS_PARAMETERS = ("ondemand", "noselect", "select", "enforced", "privatedata")
@@ -64,15 +73,117 @@ CGROUP_KEYS = {
     (25, 11): _CGROUP_KEYS_COMMON | {"EnableExtraControllers"},
     (26, 5): _CGROUP_KEYS_COMMON | {"EnableExtraControllers"},
 }
-# Slinky 1.2 stopped writing these into slurm.conf; this collection restates them.
-SLINKY_12_PRUNED = {
-    "ProctrackType": "proctrack/cgroup",
-    "TaskPlugin": "task/cgroup,task/affinity",
-    "PrologFlags": "Contain",
-    "GresTypes": "gpu",
-    "SelectTypeParameters": "CR_Core_Memory",
-    "ReturnToService": "2",
+
+
+@dataclass(frozen=True)
+class ChartLine:
+    """What the slurm chart and operator of one Slinky line need from the values.
+
+    The one place that decides per chart version, as CGROUP_KEYS does per Slurm release.
+    """
+
+    name: str
+    # Fields every NodeSet must carry: the 1.1 chart has no nodesetDefaults, and a NodeSet
+    # without them does not render. 1.2 fills them from nodesetDefaults.
+    nodeset_base: Mapping[str, t.Any]
+    # NodeSet keys (dotted) the line's chart and CRD do not know, and what to do instead.
+    unknown_nodeset_keys: Mapping[str, str]
+    # Whether the operator still writes slurm.conf's scheduling, cgroup and logging settings
+    # and gres.conf (1.1), or left them to Slurm's defaults (1.2: "pruned default slurm.conf").
+    operator_writes_defaults: bool
+    inplace_reconfigure: bool
+    # Objects the chart enables unless told not to (1.1's default NodeSet and login set).
+    chart_defaults_off: Mapping[str, t.Any]
+
+
+_NODESET_FIELDS_1_1: dict[str, t.Any] = {
+    "scalingMode": "StatefulSet",
+    "replicas": 0,
+    # 1.1.1 forces it off; a namespace user could taint any node (removed in 1.2).
+    "taintKubeNodes": False,
+    "workloadDisruptionProtection": True,
+    "ordinalPadding": 0,
+    "slurmd": {"args": [], "env": [], "resources": {}, "volumeMounts": []},
+    "logfile": {"resources": {}},
+    "extraConf": None,
+    "partition": {"enabled": False},
+    "ssh": {"enabled": False},
+    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
+    "metadata": {},
+    "podSpec": {
+        "resources": {},
+        "initContainers": [],
+        "affinity": {},
+        "tolerations": [],
+        "volumes": [],
+    },
 }
+_NEEDS_1_2 = "needs Slinky 1.2 (slinky_version 1.2.x); remove it on 1.1"
+CHART_LINES = {
+    (1, 1): ChartLine(
+        name="1.1",
+        nodeset_base=_NODESET_FIELDS_1_1,
+        unknown_nodeset_keys={
+            "pinToNode": _NEEDS_1_2,
+            "pruneSlurmNodeRecords": _NEEDS_1_2,
+            "oversubscribeNode": _NEEDS_1_2,
+            "updateStrategy.scheduledUpdate": _NEEDS_1_2,
+        },
+        operator_writes_defaults=True,
+        inplace_reconfigure=False,
+        chart_defaults_off={
+            "nodesets": {"slinky": {"enabled": False}},
+            "loginsets": {"slinky": {"enabled": False}},
+            "partitions": {"all": {"enabled": False}},
+        },
+    ),
+    (1, 2): ChartLine(
+        name="1.2",
+        nodeset_base={},
+        unknown_nodeset_keys={
+            "taintKubeNodes": (
+                "was removed in Slinky 1.2 (a namespace user could taint any node); remove "
+                "it: the handover protocol taints lent nodes itself"
+            ),
+        },
+        operator_writes_defaults=False,
+        inplace_reconfigure=True,
+        chart_defaults_off={},
+    ),
+}
+
+
+def restated_slurm_conf(cgroups: bool, accounting: bool) -> dict[str, str]:
+    """What the 1.1 operator wrote into slurm.conf and 1.2 leaves to Slurm's defaults.
+
+    Restated so a job is confined and accounted alike on both lines. TaskPlugin is in the
+    order slurm.conf(5) of 24.11 to 26.05 recommends (1.1 wrote task/affinity first).
+    """
+    conf = {
+        "ReturnToService": "2",
+        "GresTypes": "gpu",
+        "LogTimeFormat": "iso8601,format_stderr",
+        "CommunicationParameters": "block_null_hash",
+        "SelectTypeParameters": "CR_Core_Memory",
+    }
+    if cgroups:
+        conf |= {
+            # The operator merges its own SlurmctldParameters (enable_configless, ...) in.
+            "SlurmctldParameters": "enable_stepmgr",
+            "ProctrackType": "proctrack/cgroup",
+            "PrologFlags": "Contain",
+            "TaskPlugin": "task/cgroup,task/affinity",
+            "JobAcctGatherType": "jobacct_gather/cgroup",
+        }
+    else:
+        conf |= {
+            "ProctrackType": "proctrack/linuxproc",
+            "TaskPlugin": "task/affinity",
+            "JobAcctGatherType": "jobacct_gather/linux",
+        }
+    if accounting:
+        conf["AccountingStorageTRES"] = "gres/gpu"
+    return conf
 
 
 class ConfigError(ValueError):
@@ -90,6 +201,9 @@ class Node:
     name: str
     labels: Mapping[str, str]
     gpus: int
+    # Allocatable CPUs and memory: what a pod, and so slurmd's jobs, may use of the node.
+    cpus: int = 0
+    memory_mib: int = 0
 
     @classmethod
     def from_k8s(cls, obj: Mapping[str, t.Any]) -> Node:
@@ -100,7 +214,13 @@ class Node:
             gpus = int(allocatable.get(GPU_RESOURCE) or labels.get(GPU_COUNT_LABEL) or 0)
         except (TypeError, ValueError):
             gpus = 0
-        return cls(name=str(meta.get("name", "")), labels=labels, gpus=gpus)
+        return cls(
+            name=str(meta.get("name", "")),
+            labels=labels,
+            gpus=gpus,
+            cpus=quantity(allocatable.get("cpu"), 1e-3) // 1000,
+            memory_mib=quantity(allocatable.get("memory"), 2**20),
+        )
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         return all(self.labels.get(key) == value for key, value in selector.items())
@@ -118,15 +238,12 @@ def slurm_release(version: str, variable: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def chart_release(version: str, variable: str) -> tuple[int, int]:
-    match = re.match(r"^v?(\d+)\.(\d+)\.\d+", str(version))
-    if not match:
-        raise ConfigError(
-            variable,
-            f"{version!r} is not a chart version",
-            "write it as X.Y.Z, for example '1.1.0'",
-        )
-    return int(match.group(1)), int(match.group(2))
+def chart_line(version: str, variable: str) -> ChartLine:
+    """The Slinky line of a slurm chart version; ConfigError for one this role cannot build."""
+    try:
+        return CHART_LINES[release_line(version, variable).minor]
+    except ReleaseError as err:
+        raise ConfigError(variable, err.problem, err.fix) from None
 
 
 def gres_type(product: str, names: Mapping[str, str]) -> str:
@@ -174,6 +291,9 @@ class NodeSetPlan:
     nodes: tuple[str, ...]
     gres: str | None
     exclude_gpu_products: tuple[str, ...] = ()
+    # DefMemPerCPU of its partitions: without it a job that gives no --mem takes all of a
+    # node's memory (CR_Core_Memory), so one job runs per node whatever its cores. 0: none.
+    mem_per_cpu_mib: int = 0
 
 
 def _pool_members(
@@ -226,6 +346,33 @@ def _pool_members(
     return selector, str(mode), members
 
 
+def default_mem_per_cpu(pool_name: str, pool: Mapping[str, t.Any], nodes: Sequence[Node]) -> int:
+    """A pool's default memory per CPU (MiB): its own setting, or what its smallest node has.
+
+    From the slurmd container's limits when the pool sets both, else the Nodes' allocatable
+    memory and CPUs, rounded down so a job on every CPU still fits the node.
+    """
+    var = f"slurm_cluster_pools.{pool_name}.default_mem_per_cpu_mib"
+    if "default_mem_per_cpu_mib" in pool:
+        return _count(
+            pool["default_mem_per_cpu_mib"],
+            var,
+            0,
+            2**31,
+            "give MiB per CPU a job gets without --mem, or 0 to leave Slurm's default (the whole node)",
+        )
+    values = _mapping(pool.get("values"), f"slurm_cluster_pools.{pool_name}.values")
+    limits = _mapping(
+        _mapping(_mapping(values.get("slurmd"), var).get("resources"), var).get("limits"), var
+    )
+    if limits.get("cpu") and limits.get("memory"):
+        cpus = quantity(limits["cpu"], 1e-3) // 1000
+        memory = quantity(limits["memory"], 2**20)
+        return memory // cpus if cpus > 0 else 0
+    per_node = [n.memory_mib // n.cpus for n in nodes if n.cpus > 0 and n.memory_mib > 0]
+    return min(per_node, default=0)
+
+
 def plan_nodesets(
     pools: Mapping[str, t.Any],
     nodes: Sequence[Node],
@@ -258,6 +405,7 @@ def plan_nodesets(
                         tuple(n.name for n in group),
                         None,
                         tuple(products),
+                        default_mem_per_cpu(pool_name, pool, group),
                     )
                 )
                 continue
@@ -288,6 +436,7 @@ def plan_nodesets(
                     {**selector, GPU_PRODUCT_LABEL: product},
                     tuple(n.name for n in group),
                     f"gpu:{gtype}:{counts[0]}",
+                    mem_per_cpu_mib=default_mem_per_cpu(pool_name, pool, group),
                 )
             )
     names = [p.name for p in plans]
@@ -481,7 +630,21 @@ def plan_partitions(
             "nodesets": sorted(n for p in wanted for n in by_pool[p]),
             "configMap": {**base, **config},
         }
+    site_conf = _mapping(settings.get("slurm_conf"), "slurm_cluster_slurm_conf")
+    if not MEMORY_DEFAULTS & set(site_conf):
+        _default_memory(partitions, plans)
     return partitions
+
+
+def _default_memory(
+    partitions: Mapping[str, dict[str, t.Any]], plans: Sequence[NodeSetPlan]
+) -> None:
+    """DefMemPerCPU of each partition: the smallest of its NodeSets' (a site's own wins)."""
+    per_nodeset = {plan.name: plan.mem_per_cpu_mib for plan in plans}
+    for part in partitions.values():
+        sizes = [per_nodeset[n] for n in part["nodesets"] if per_nodeset.get(n)]
+        if sizes and not MEMORY_DEFAULTS & set(part["configMap"]):
+            part["configMap"]["DefMemPerCPU"] = min(sizes)
 
 
 def _plans(
@@ -574,103 +737,254 @@ def _autoscaling(
     return scaled
 
 
+DEFAULT_LOGFILE_IMAGE = {"repository": "docker.io/library/alpine", "tag": "3.22"}
+GRES_AUTODETECT = ("nvidia", "nvml", "rsmi", "oneapi", "off")
+
+
+def _conf_value(value: t.Any) -> t.Any:
+    """A slurm.conf value as the chart must get it: it drops falsy values (an int 0 or
+    False never reaches slurm.conf), so every scalar goes as a string."""
+    if isinstance(value, bool):
+        return "YES" if value else "NO"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return [_conf_value(item) for item in value]
+    return value
+
+
+def _conf_map(conf: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    return {key: _conf_value(value) for key, value in conf.items()}
+
+
+def _dotted(obj: Mapping[str, t.Any], path: str) -> bool:
+    for part in path.split("."):
+        if not isinstance(obj, Mapping) or part not in obj:
+            return False
+        obj = obj[part]
+    return True
+
+
+def _check_nodeset_keys(
+    line: ChartLine, settings: Mapping[str, t.Any], values: Mapping[str, t.Any]
+) -> None:
+    """Refuse NodeSet fields the line's chart and CRD do not know, naming where they came from."""
+    site_values = _mapping(settings.get("values"), "slurm_cluster_values")
+    sources: list[tuple[str, Mapping[str, t.Any]]] = [
+        ("slurm_cluster_nodeset_defaults", _mapping(settings.get("nodeset_defaults"), "")),
+        ("slurm_cluster_values.nodesetDefaults", _mapping(site_values.get("nodesetDefaults"), "")),
+    ]
+    for name, raw in sorted(_mapping(settings.get("pools"), "").items()):
+        sources.append(
+            (f"slurm_cluster_pools.{name}.values", _mapping(raw, "").get("values") or {})
+        )
+    for name, raw in sorted(_mapping(site_values.get("nodesets"), "").items()):
+        sources.append((f"slurm_cluster_values.nodesets.{name}", raw or {}))
+    rendered = [values.get("nodesetDefaults") or {}, *values["nodesets"].values()]
+    for key, why in line.unknown_nodeset_keys.items():
+        if not any(_dotted(nodeset, key) for nodeset in rendered):
+            continue
+        where = next((var for var, src in sources if _dotted(src, key)), "slurm_cluster_values")
+        raise ConfigError(f"{where}.{key}", f"Slinky {line.name} has no such NodeSet field", why)
+
+
+def _nodeset_values(
+    plan: NodeSetPlan,
+    line: ChartLine,
+    settings: Mapping[str, t.Any],
+    pool: Mapping[str, t.Any],
+    slurmd_image: Mapping[str, str],
+    logfile_image: Mapping[str, str],
+    scaled: Mapping[str, Mapping[str, t.Any]],
+) -> dict[str, t.Any]:
+    """One NodeSet: the line's required fields, the site's defaults, the role's, the pool's."""
+    prefix = str(settings.get("label_prefix", "hpcops.io")).rstrip("/")
+    nodeset_defaults = _mapping(settings.get("nodeset_defaults"), "slurm_cluster_nodeset_defaults")
+    extra_conf: dict[str, t.Any] = {}
+    if plan.gres:
+        extra_conf["Gres"] = [plan.gres]
+    features = pool.get("features") or []
+    if features:
+        extra_conf["Features"] = list(features)
+    pod_spec: dict[str, t.Any] = {
+        "nodeSelector": {"kubernetes.io/os": "linux", **plan.node_selector}
+    }
+    if plan.exclude_gpu_products:
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": GPU_PRODUCT_LABEL,
+                                    "operator": "NotIn",
+                                    "values": list(plan.exclude_gpu_products),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    if pool.get("kind") == "lendable":
+        pod_spec["tolerations"] = [
+            {"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    nodeset = _merge(
+        _merge(line.nodeset_base, nodeset_defaults),
+        {
+            "enabled": True,
+            "scalingMode": plan.scaling_mode,
+            "replicas": len(plan.nodes) if plan.scaling_mode == "StatefulSet" else 0,
+            "slurmd": {"image": dict(slurmd_image)},
+            "logfile": {"image": dict(logfile_image)},
+            "extraConfMap": extra_conf,
+            "partition": {"enabled": False},
+            "podSpec": pod_spec,
+        },
+    )
+    if plan.scaling_mode == "StatefulSet" and "replicas" in pool:
+        nodeset["replicas"] = _count(
+            pool["replicas"],
+            f"slurm_cluster_pools.{plan.pool}.replicas",
+            0,
+            len(plan.nodes),
+            f"the pool has {len(plan.nodes)} nodes: lower it or add nodes to the pool",
+        )
+    if plan.name in scaled:
+        # KEDA owns the count from here; Helm leaves a field it did not change alone.
+        nodeset["replicas"] = scaled[plan.name]["min_replicas"]
+    nodeset = _merge(
+        nodeset, _mapping(pool.get("values"), f"slurm_cluster_pools.{plan.pool}.values")
+    )
+    nodeset["extraConfMap"] = _conf_map(_mapping(nodeset.get("extraConfMap"), ""))
+    return nodeset
+
+
+def _controller_values(
+    line: ChartLine,
+    settings: Mapping[str, t.Any],
+    conf: Mapping[str, t.Any],
+    slurmctld_image: Mapping[str, str],
+    logfile_image: Mapping[str, str],
+    autoscaled: bool,
+) -> dict[str, t.Any]:
+    """slurmctld: images, slurm.conf settings, metrics and how it takes a new slurm.conf."""
+    service_monitor = settings.get("service_monitor")
+    service_monitor = autoscaled if service_monitor in (None, "") else bool(service_monitor)
+    labels = _mapping(
+        settings.get("service_monitor_labels"), "slurm_cluster_service_monitor_labels"
+    )
+    controller: dict[str, t.Any] = {
+        "slurmctld": {"image": dict(slurmctld_image)},
+        "reconfigure": {"image": dict(slurmctld_image)},
+        "logfile": {"image": dict(logfile_image)},
+        "extraConfMap": _conf_map(conf),
+        # slurmctld's own OpenMetrics (slurm_partition_jobs_pending drives KEDA), and the
+        # ServiceMonitor that has the Prometheus operator scrape them.
+        "metrics": {
+            "enabled": autoscaled or service_monitor,
+            "serviceMonitor": {"enabled": service_monitor, "labels": dict(labels)},
+        },
+    }
+    inplace = bool(settings.get("inplace_reconfigure", False))
+    if line.inplace_reconfigure:
+        # false: a changed slurm.conf recreates the slurmctld pod, so a bad change shows as a
+        # failing pod instead of a silent rollback inside slurmctld (SchedMD's default).
+        controller["inplaceReconfigure"] = inplace
+    elif inplace:
+        raise ConfigError(
+            "slurm_cluster_inplace_reconfigure",
+            f"Slinky {line.name} has no in-place reconfigure",
+            "set it to false, or deploy Slinky 1.2 (slinky_version 1.2.x)",
+        )
+    return controller
+
+
+def _config_files(
+    settings: Mapping[str, t.Any],
+    cgroup: Mapping[str, t.Any],
+    release: tuple[int, int],
+    plans: Sequence[NodeSetPlan],
+) -> dict[str, str]:
+    config_files = {"cgroup.conf": cgroup_conf(cgroup, release)}
+    if any(plan.gres for plan in plans):
+        # Without gres.conf a NodeSet's Gres= has no device files: jobs are not confined to
+        # their GPUs (ConstrainDevices). Slinky 1.2 stopped writing it.
+        autodetect = str(settings.get("gres_autodetect", "nvidia"))
+        if autodetect not in GRES_AUTODETECT:
+            raise ConfigError(
+                "slurm_cluster_gres_autodetect",
+                f"unknown AutoDetect {autodetect!r}",
+                f"use one of {', '.join(GRES_AUTODETECT)}",
+            )
+        config_files["gres.conf"] = f"AutoDetect={autodetect}\n"
+    return config_files
+
+
 def build_values(
     settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
 ) -> dict[str, t.Any]:
     """The slurm chart's values for the site; ConfigError on a setting that cannot work."""
     release = slurm_release(settings.get("slurm_version", ""), "slurm_cluster_slurm_version")
-    chart = chart_release(settings.get("chart_version", ""), "slurm_cluster_chart_version")
+    line = chart_line(settings.get("chart_version", ""), "slurm_cluster_chart_version")
+    image_os = release_line(settings["chart_version"], "slurm_cluster_chart_version").image_os
     pools, plans = _plans(settings, k8s_nodes)
-    prefix = str(settings.get("label_prefix", "hpcops.io")).rstrip("/")
     scaled = {entry["nodeset"]: entry for entry in _autoscaling(settings, pools, plans)}
 
     registry = str(settings.get("image_registry", "ghcr.io/slinkyproject")).rstrip("/")
-    tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-ubuntu24.04")
+    tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-{image_os}")
 
     def image(name: str) -> dict[str, str]:
         return {"repository": f"{registry}/{name}", "tag": tag}
 
-    nodeset_defaults = _mapping(settings.get("nodeset_defaults"), "slurm_cluster_nodeset_defaults")
-    nodesets: dict[str, t.Any] = {"slinky": {"enabled": False}}
-    for plan in plans:
-        pool = pools[plan.pool]
-        extra_conf: dict[str, t.Any] = {}
-        if plan.gres:
-            extra_conf["Gres"] = [plan.gres]
-        features = pool.get("features") or []
-        if features:
-            extra_conf["Features"] = list(features)
-        pod_spec: dict[str, t.Any] = {
-            "nodeSelector": {"kubernetes.io/os": "linux", **plan.node_selector}
-        }
-        if plan.exclude_gpu_products:
-            pod_spec["affinity"] = {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": GPU_PRODUCT_LABEL,
-                                        "operator": "NotIn",
-                                        "values": list(plan.exclude_gpu_products),
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                }
-            }
-        if pools[plan.pool].get("kind") == "lendable":
-            pod_spec["tolerations"] = [
-                {"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}
-            ]
-        nodeset = _merge(
-            nodeset_defaults,
-            {
-                "enabled": True,
-                "scalingMode": plan.scaling_mode,
-                "replicas": len(plan.nodes) if plan.scaling_mode == "StatefulSet" else 0,
-                "slurmd": {"image": image("slurmd")},
-                "extraConfMap": extra_conf,
-                "partition": {"enabled": False},
-                "podSpec": pod_spec,
-            },
+    # The log sidecars: the chart's default (docker.io alpine:latest) is neither pinned nor
+    # mirrored.
+    logfile_image = dict(
+        _mapping(settings.get("logfile_image"), "slurm_cluster_logfile_image")
+        or DEFAULT_LOGFILE_IMAGE
+    )
+    if not logfile_image.get("repository") or not logfile_image.get("tag"):
+        raise ConfigError(
+            "slurm_cluster_logfile_image",
+            "needs repository and tag",
+            "give the mirrored image of the log sidecars, for example {repository: <mirror>/library/alpine, tag: '3.22'}",
         )
-        if plan.scaling_mode == "StatefulSet" and "replicas" in pool:
-            nodeset["replicas"] = _count(
-                pool["replicas"],
-                f"slurm_cluster_pools.{plan.pool}.replicas",
-                0,
-                len(plan.nodes),
-                f"the pool has {len(plan.nodes)} nodes: lower it or add nodes to the pool",
-            )
-        if plan.name in scaled:
-            # KEDA owns the count from here; Helm leaves a field it did not change alone.
-            nodeset["replicas"] = scaled[plan.name]["min_replicas"]
-        nodeset = _merge(
-            nodeset, _mapping(pool.get("values"), f"slurm_cluster_pools.{plan.pool}.values")
-        )
-        nodesets[plan.name] = nodeset
 
-    partitions: dict[str, t.Any] = {"all": {"enabled": False}}
+    nodesets = {
+        plan.name: _nodeset_values(
+            plan, line, settings, pools[plan.pool], image("slurmd"), logfile_image, scaled
+        )
+        for plan in plans
+    }
+    partitions: dict[str, t.Any] = {}
     for name, part in plan_partitions(settings, plans, pools).items():
-        partitions[name] = {"enabled": True, **part}
+        partitions[name] = {
+            "enabled": True,
+            "nodesets": part["nodesets"],
+            "configMap": _conf_map(part["configMap"]),
+        }
 
     accounting = bool(settings.get("accounting", False))
-    conf: dict[str, t.Any] = {
+    cgroup = _mapping(settings.get("cgroup"), "slurm_cluster_cgroup")
+    conf: dict[str, t.Any] = {}
+    if not line.operator_writes_defaults:
+        cgroups = str(cgroup.get("CgroupPlugin", "")).strip() != "disabled"
+        conf |= restated_slurm_conf(cgroups, accounting)
+    conf |= {
         # Backfill jobs are requeued when a higher tier needs their nodes (handover grace).
         "PreemptType": "preempt/partition_prio",
         "PreemptMode": "REQUEUE",
         "JobRequeue": "1",
         "SchedulerType": "sched/backfill",
     }
-    if chart >= (1, 2):
-        conf.update(SLINKY_12_PRUNED)
     conf.update(mcs_settings(str(settings.get("mcs", "none")), accounting, release))
     conf.update(_mapping(settings.get("slurm_conf"), "slurm_cluster_slurm_conf"))
 
-    logfile_image = _mapping(settings.get("logfile_image"), "slurm_cluster_logfile_image")
+    controller = _controller_values(
+        line, settings, conf, image("slurmctld"), logfile_image, bool(scaled)
+    )
     jwt_secret = _mapping(settings.get("jwt_secret"), "slurm_cluster_jwt_secret")
     values: dict[str, t.Any] = {
         "clusterName": settings.get("name", "slurm"),
@@ -681,25 +995,20 @@ def build_values(
                 "key": jwt_secret.get("key", "jwt_hs256.key"),
             },
         },
-        "configFiles": {
-            "cgroup.conf": cgroup_conf(
-                _mapping(settings.get("cgroup"), "slurm_cluster_cgroup"), release
-            )
-        },
-        "controller": {
-            "slurmctld": {"image": image("slurmctld")},
-            "reconfigure": {"image": image("slurmctld")},
-            "extraConfMap": conf,
-            # slurmctld's own OpenMetrics (slurm_partition_jobs_pending drives KEDA).
-            "metrics": {"enabled": bool(scaled)},
-        },
+        "configFiles": _config_files(settings, cgroup, release, plans),
+        "controller": controller,
         "restapi": {"slurmrestd": {"image": image("slurmrestd")}},
         "accounting": {"enabled": accounting, "slurmdbd": {"image": image("slurmdbd")}},
-        "loginsets": {"slinky": {"enabled": False}},
         "nodesets": nodesets,
         "partitions": partitions,
     }
-    if logfile_image:
-        # slurmctld's log sidecar: the chart's default (alpine:latest) is not pinned.
-        values["controller"]["logfile"] = {"image": dict(logfile_image)}
+    if not line.operator_writes_defaults:
+        # A login set a site enables through slurm_cluster_values pulls from the mirror too.
+        values["loginsetDefaults"] = {
+            "login": {"image": image("login")},
+            "initconf": {"image": logfile_image},
+        }
+    values = _merge(line.chart_defaults_off, values)
+    values = _merge(values, _mapping(settings.get("values"), "slurm_cluster_values"))
+    _check_nodeset_keys(line, settings, values)
     return values
