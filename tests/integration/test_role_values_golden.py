@@ -33,8 +33,9 @@ ROLES = {
 # Which chart version's values.yaml each golden file was checked against.
 CHECKED_AGAINST = {
     "cert_manager": "cert-manager v1.21.2 (deploy/charts/cert-manager, values.schema.json)",
-    "slurm_operator": "slurm-operator 1.1.0 (helm/slurm-operator)",
-    "slurm_cluster": "slurm 1.1.0 (helm/slurm)",
+    "slurm_operator": "slurm-operator 1.2.1 (helm/slurm-operator)",
+    "slurm_cluster-1.2": "slurm 1.2.1 (helm/slurm; slurm.conf of operator v1.2.1), slinky_version 1.2.2",
+    "slurm_cluster-1.1": "slurm 1.1.2 (helm/slurm; slurm.conf of operator v1.1.2), slinky_version 1.1.2",
     "gpu_operator": "gpu-operator v26.7.0 (deployments/gpu-operator)",
     "keda": "keda 2.20.2 (kedacore/charts keda/); ScaledObject CRD keda.sh/v1alpha1 of KEDA v2.20.2",
 }
@@ -73,8 +74,11 @@ def example_nodes() -> list[dict[str, t.Any]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def built_values() -> dict[str, t.Any]:
+# The example's own release line, and the other line the roles build values for.
+LINE_OVERRIDES = {"1.2": {}, "1.1": {"slinky_version": "1.1.2"}}
+
+
+def build(overrides: dict[str, t.Any]) -> dict[str, t.Any]:
     tasks: list[dict[str, t.Any]] = [
         {
             "name": f"values of {role}",
@@ -87,6 +91,9 @@ def built_values() -> dict[str, t.Any]:
     ]
     with tempfile.TemporaryDirectory(prefix="hpcops-golden-") as tmp:
         out = Path(tmp) / "values.json"
+        # After the example's files, so it wins over them.
+        override_file = Path(tmp) / "overrides.yml"
+        override_file.write_text(yaml.safe_dump(overrides))
         dump = {role: f"{{{{ {fact} }}}}" for role, fact in ROLES.items()}
         dump["scaled_objects"] = "{{ _keda_scaled_objects }}"
         tasks.append(
@@ -105,7 +112,7 @@ def built_values() -> dict[str, t.Any]:
                 "name": "values of inventories/example",
                 "hosts": "localhost",
                 "gather_facts": False,
-                "vars_files": [str(path) for path in EXAMPLE_VARS],
+                "vars_files": [*(str(path) for path in EXAMPLE_VARS), str(override_file)],
                 # What the slurm_cluster role reads from the cluster in its validate step.
                 "vars": {"_slurm_cluster_nodes": {"resources": example_nodes()}},
                 "tasks": tasks,
@@ -117,24 +124,39 @@ def built_values() -> dict[str, t.Any]:
     return values
 
 
-@pytest.mark.parametrize("name", [*ROLES, "scaled_objects"])
-def test_values_match_golden_file(built_values: dict[str, t.Any], name: str) -> None:
-    golden = GOLDEN / f"{name}.yml"
-    header = CHECKED_AGAINST.get(name, CHECKED_AGAINST["keda"])
+@pytest.fixture(scope="module")
+def built_values() -> dict[str, t.Any]:
+    return build(LINE_OVERRIDES["1.2"])
+
+
+@pytest.fixture(scope="module")
+def built_values_1_1() -> dict[str, t.Any]:
+    return build(LINE_OVERRIDES["1.1"])
+
+
+@pytest.mark.parametrize("name", [*ROLES, "scaled_objects", "slurm_cluster-1.1"])
+def test_values_match_golden_file(
+    built_values: dict[str, t.Any], built_values_1_1: dict[str, t.Any], name: str
+) -> None:
+    role, _sep, line = name.partition("-")
+    key = f"{role}-{line or '1.2'}" if role == "slurm_cluster" else name
+    built = built_values_1_1 if line == "1.1" else built_values
+    golden = GOLDEN / f"{key}.yml"
+    header = CHECKED_AGAINST.get(key, CHECKED_AGAINST["keda"])
     if os.environ.get("HPCOPS_UPDATE_GOLDEN"):
         golden.write_text(
             f"# Values hpcops.slinky builds for inventories/example; keys checked against\n"
             f"# {header}.\n"
             + yaml.dump(
-                built_values[name],
+                built[role],
                 Dumper=IndentedDumper,
                 explicit_start=True,
                 sort_keys=True,
                 width=100,
             )
         )
-    assert built_values[name] == yaml.safe_load(golden.read_text()), (
-        f"{name} values changed; compare with {golden} (HPCOPS_UPDATE_GOLDEN=1 rewrites it)"
+    assert built[role] == yaml.safe_load(golden.read_text()), (
+        f"{key} values changed; compare with {golden} (HPCOPS_UPDATE_GOLDEN=1 rewrites it)"
     )
 
 
