@@ -23,6 +23,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slinky_release impo
     resolve,
     version_problems,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._slinky_upgrade import upgrade_report
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_values import (
     ConfigError,
     autoscaling,
@@ -93,12 +94,34 @@ def slinky_version_problems(versions: t.Any) -> list[str]:
     return version_problems(versions)
 
 
+def slinky_upgrade_report(
+    installed: t.Any,
+    wanted: t.Any,
+    old_values: t.Any = None,
+    new_values: t.Any = None,
+    nodesets: t.Any = None,
+    release: str = "slurm",
+) -> dict[str, t.Any]:
+    """What upgrading the installed Slinky charts to `wanted` changes for this site."""
+    if not isinstance(installed, dict):
+        raise AnsibleFilterError(
+            "slinky_upgrade_report: expected the installed chart versions (crds, operator, slurm)"
+        )
+    try:
+        return upgrade_report(
+            installed, str(wanted), old_values or {}, new_values or {}, nodesets or [], release
+        )
+    except ReleaseError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "helm_chart_args": helm_chart_args,
             "mirrored_image": mirrored_image,
             "slinky_release": slinky_release,
+            "slinky_upgrade_report": slinky_upgrade_report,
             "slinky_version_problems": slinky_version_problems,
             "slurm_cluster_values": slurm_cluster_values,
             "slurm_cluster_autoscaling": slurm_cluster_autoscaling,

@@ -20,6 +20,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "playbooks" / "site.yml"
+UPGRADE = REPO / "playbooks" / "upgrade.yml"
 LAB_INVENTORY = REPO / "inventories" / "lab"
 COLLECTIONS = REPO / ".build" / "collections"
 BIN = Path(sys.executable).parent
@@ -151,6 +152,23 @@ class PlaybookRun:
                         messages.append(str(result.get("msg", "")))
         return messages
 
+    def task_results(self, name: str) -> list[dict[str, t.Any]]:
+        """Every host's result of each task called `name`, in run order."""
+        return [
+            result
+            for play in self.report.get("plays", [])
+            for task in play.get("tasks", [])
+            if task["task"]["name"] == name
+            for result in task.get("hosts", {}).values()
+        ]
+
+    def task_names(self) -> list[str]:
+        return [
+            task["task"]["name"]
+            for play in self.report.get("plays", [])
+            for task in play.get("tasks", [])
+        ]
+
     def changed_tasks(self) -> list[str]:
         return [
             task["task"]["name"]
@@ -169,11 +187,14 @@ def run_playbook(
     diff: bool = False,
     timeout: float = 900,
     env: dict[str, str] | None = None,
+    tags: str | None = None,
 ) -> PlaybookRun:
     """ansible-playbook as a user runs it, with extra variables from a file (and extra
-    environment variables, when given)."""
+    environment variables, and --tags, when given)."""
     with tempfile.TemporaryDirectory(prefix="hpcops-it-") as tmp:
         args = ["-i", str(inventory), str(playbook)]
+        if tags:
+            args += ["--tags", tags]
         if extra_vars:
             vars_file = Path(tmp) / "extra-vars.yml"
             vars_file.write_text(yaml.safe_dump(extra_vars))

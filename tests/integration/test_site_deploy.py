@@ -15,7 +15,7 @@ import typing as t
 import urllib.request
 
 import pytest
-from ansible_runner import LAB_INVENTORY, SITE, run_playbook
+from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
 from pod_runner import OPERATOR_HEALTH_ADDR
 from slurm_lab import wait_until
 from slurm_pods import SlinkyRest, running_pod
@@ -186,6 +186,82 @@ def test_check_mode_on_a_deployed_site_changes_nothing(deployed: t.Any) -> None:
     assert {
         n: o["metadata"]["generation"] for n, o in custom_resources(deployed, "nodesets").items()
     } == nodesets
+
+
+def upgrade_report(run: PlaybookRun) -> dict[str, t.Any]:
+    (result,) = run.task_results("Work out what the upgrade changes")
+    report: dict[str, t.Any] = result["ansible_facts"]["slinky_upgrade_report"]
+    return report
+
+
+def test_upgrade_to_the_installed_release_keeps_the_site_as_it_is(deployed: t.Any) -> None:
+    # The lab's release (the one the Go proxy serves): the preflight runs on it, then the
+    # CRDs, the operator and the Slurm cluster in that order, and nothing changes.
+    before = helm_releases(deployed)
+    run = run_playbook(UPGRADE, LAB_INVENTORY)
+    assert not run.failed, run.failures()
+    report = upgrade_report(run)
+    assert report["installed"] == {"crds": "1.1.0", "operator": "1.1.0", "slurm": "1.1.0"}
+    assert (report["same_version"], report["refusals"], report["changes"]) == (True, [], [])
+    assert run.changed == 0, f"changed: {run.changed_tasks()}"
+    assert helm_releases(deployed) == before
+    names = run.task_names()
+    order = [
+        names.index(n)
+        for n in (
+            "Install the Slinky CRDs",
+            "Install the Slinky operator",
+            "Install the Slurm cluster",
+        )
+    ]
+    assert order == sorted(order)
+
+
+def test_upgrade_preflight_to_1_2_reports_what_changes_and_changes_nothing(deployed: t.Any) -> None:
+    before = helm_releases(deployed)
+    run = run_playbook(
+        UPGRADE,
+        LAB_INVENTORY,
+        extra_vars={"slinky_version": "1.2.2"},
+        check=True,
+        diff=True,
+        tags="preflight",
+    )
+    assert not run.failed, run.failures()
+    report = upgrade_report(run)
+    assert report["installed"]["slurm"] == "1.1.0" and report["wanted"] == "1.2.2"
+    assert not report["refusals"] and not report["dropped_nodesets"]
+    changes = "\n".join(report["changes"])
+    for expected in (
+        "nodesets.hpc.taintKubeNodes (False) leaves: was removed in Slinky 1.2",
+        "Slinky 1.2 no longer writes these slurm.conf settings; the collection restates them",
+        "SlurmctldParameters=enable_stepmgr",
+        "controller.inplaceReconfigure: false",
+    ):
+        assert expected in changes, changes
+    # --diff shows the values as installed and as the upgrade would set them.
+    (diff,) = run.task_results("Compare the Slurm cluster's values")
+    shown = str(diff.get("diff", ""))
+    assert "taintKubeNodes" in shown and "inplaceReconfigure" in shown, shown[:2000]
+    assert helm_releases(deployed) == before
+
+
+def test_upgrade_stops_before_helm_drops_a_nodeset_the_inventory_no_longer_names(
+    deployed: t.Any,
+) -> None:
+    pools = {
+        "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
+        "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
+    }
+    before = helm_releases(deployed)
+    run = run_playbook(UPGRADE, LAB_INVENTORY, extra_vars={"slurm_cluster_pools": pools})
+    assert run.failed
+    (message,) = run.failures()
+    assert "would delete NodeSets ['slurm-worker-burst']" in message, message
+    assert "slinky_upgrade_allow_removals=true" in message
+    assert upgrade_report(run)["dropped_nodesets"] == ["slurm-worker-burst"]
+    assert helm_releases(deployed) == before
+    assert "slurm-worker-burst" in custom_resources(deployed, "nodesets")
 
 
 def test_real_slurm_runs_the_generated_configuration(deployed: t.Any, slurm: SlinkyRest) -> None:
