@@ -104,6 +104,41 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
     ),
     ("pools-not-a-mapping", {"slurm_cluster_pools": ["hpc"]}, "slurm_cluster_pools", "dict"),
     (
+        "slurm-chart-of-another-slinky-line",
+        {"slurm_cluster_chart_version": "1.2.1"},
+        "slurm_operator_chart_version (1.1.0), slurm_cluster_chart_version (1.2.1)",
+        "different Slinky lines",
+    ),
+    (
+        "slinky-release-not-deployed",
+        {"slinky_version": "1.3.0"},
+        "slinky_version",
+        "1.2.2",
+    ),
+    (
+        "taint-kube-nodes-on-1.2",
+        {
+            # The values are checked before the chart (the lab packages 1.1.0 only).
+            "slinky_components": ["slurm_cluster"],
+            "slinky_version": "1.2.1",
+            "slurm_cluster_nodeset_defaults": {"taintKubeNodes": True},
+        },
+        "slurm_cluster_nodeset_defaults.taintKubeNodes",
+        "was removed in Slinky 1.2",
+    ),
+    (
+        "service-monitor-without-its-crd",
+        {"slurm_cluster_service_monitor": True},
+        "slurm_cluster_service_monitor",
+        "no ServiceMonitor CRD",
+    ),
+    (
+        "inplace-reconfigure-on-1.1",
+        {"slurm_cluster_inplace_reconfigure": True},
+        "slurm_cluster_inplace_reconfigure",
+        "Slinky 1.2",
+    ),
+    (
         "unknown-component",
         {"slinky_components": ["slurm_cluster", "grafana"]},
         "slinky_components",

@@ -133,10 +133,11 @@ def test_operator_wrote_slurm_conf(deployed: t.Any) -> None:
         "MCSPlugin=mcs/label",
         "MCSParameters=enforced,select",
         "NodeSet=hpc Feature=hpc",
-        "PartitionName=batch Nodes=burst,hpc Default=YES MaxTime=UNLIMITED PreemptMode=OFF "
-        "PriorityTier=10 State=UP",
-        "PartitionName=backfill Nodes=interactive,interactive-a100 GraceTime=30 "
-        "MaxTime=4:00:00 PreemptMode=REQUEUE PriorityTier=1 State=UP",
+        # DefMemPerCPU: 512 GiB / 64 CPUs of the pools' nodes, so jobs without --mem share nodes.
+        "PartitionName=batch Nodes=burst,hpc DefMemPerCPU=8192 Default=YES MaxTime=UNLIMITED "
+        "PreemptMode=OFF PriorityTier=10 State=UP",
+        "PartitionName=backfill Nodes=interactive,interactive-a100 DefMemPerCPU=8192 "
+        "GraceTime=30 MaxTime=4:00:00 PreemptMode=REQUEUE PriorityTier=1 State=UP",
     } <= lines
     extra = deployed.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/slurm-config-extra")["data"]
     assert extra["cgroup.conf"].splitlines() == [
@@ -148,6 +149,8 @@ def test_operator_wrote_slurm_conf(deployed: t.Any) -> None:
         "ConstrainSwapSpace=yes",
         "AllowedSwapSpace=0",
     ]
+    # Ours, so GPU jobs are confined to their devices on every Slinky line (1.2 writes none).
+    assert extra["gres.conf"] == "AutoDetect=nvidia\n"
     # The operator built the controller from the Controller resource.
     statefulset = deployed.get(
         f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets/slurm-controller"
