@@ -50,15 +50,22 @@ def _line(version: str) -> t.Any:
 
 
 def _keys_leaving(old_values: Mapping[str, t.Any], new_line: t.Any) -> list[str]:
-    """NodeSet fields of the installed values the new line's CRD no longer knows."""
+    """NodeSet fields of the installed values the new line's chart and CRD no longer know."""
     found = []
-    for name, nodeset in sorted((old_values.get("nodesets") or {}).items()):
-        for key, why in new_line.unknown_nodeset_keys.items():
+    nodesets = sorted((old_values.get("nodesets") or {}).items())
+    for key in new_line.unknown_nodeset_keys:
+        names = []
+        for name, nodeset in nodesets:
             node: t.Any = nodeset or {}
             for part in key.split("."):
                 node = node.get(part) if isinstance(node, Mapping) else None
             if node is not None:
-                found.append(f"nodesets.{name}.{key} ({node!r}) leaves: {why}")
+                names.append(name)
+        if names:
+            found.append(
+                f"NodeSet field {key} (set on {', '.join(names)}) is not in Slinky "
+                f"{new_line.name}: the new values leave it out"
+            )
     return found
 
 
@@ -113,8 +120,12 @@ def _image_changes(old_values: Mapping[str, t.Any], new_values: Mapping[str, t.A
 
     before, after = images(old_values), images(new_values)
     return [
-        f"{what}: {before[what]} -> {after[what]} (pods are replaced; a NodeSet's rolling "
-        "update drains each slurmd first)"
+        f"{what}: {before[what]} -> {after[what]} "
+        + (
+            "(the controller pod is recreated; jobs keep running)"
+            if what == "slurmctld"
+            else "(its pods are replaced by the NodeSet's update strategy)"
+        )
         for what in sorted(set(before) & set(after))
         if before[what] != after[what]
     ]

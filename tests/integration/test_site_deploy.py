@@ -209,15 +209,9 @@ def test_upgrade_to_the_installed_release_keeps_the_site_as_it_is(deployed: t.An
     assert run.changed == 0, f"changed: {run.changed_tasks()}"
     assert helm_releases(deployed) == before
     names = run.task_names()
-    order = [
-        names.index(n)
-        for n in (
-            "Install the Slinky CRDs",
-            "Install the Slinky operator",
-            "Install the Slurm cluster",
-        )
-    ]
-    assert order == sorted(order)
+    steps = ("Install the Slinky CRDs", "Install the Slinky operator", "Install the Slurm cluster")
+    order = [next(i for i, name in enumerate(names) if name.endswith(step)) for step in steps]
+    assert order == sorted(order), names
 
 
 def test_upgrade_preflight_to_1_2_reports_what_changes_and_changes_nothing(deployed: t.Any) -> None:
@@ -236,7 +230,8 @@ def test_upgrade_preflight_to_1_2_reports_what_changes_and_changes_nothing(deplo
     assert not report["refusals"] and not report["dropped_nodesets"]
     changes = "\n".join(report["changes"])
     for expected in (
-        "nodesets.hpc.taintKubeNodes (False) leaves: was removed in Slinky 1.2",
+        "NodeSet field taintKubeNodes (set on burst, hpc, interactive, interactive-a100) is "
+        "not in Slinky 1.2",
         "Slinky 1.2 no longer writes these slurm.conf settings; the collection restates them",
         "SlurmctldParameters=enable_stepmgr",
         "controller.inplaceReconfigure: false",
@@ -351,6 +346,46 @@ def test_cgroup_conf_confines_each_job(deployed: t.Any, slurm: SlinkyRest) -> No
         "swap": "0",  # ConstrainSwapSpace with AllowedSwapSpace=0
         "cpus": "1",  # ConstrainCores: the one CPU it asked for
     }
+
+
+def test_jobs_without_mem_share_a_node_by_cores(deployed: t.Any, slurm: SlinkyRest) -> None:
+    # CR_Core_Memory without a default gives a job that names no --mem the node's whole
+    # memory, so a second 1-CPU job waits (Resources) beside a free core. With the role's
+    # DefMemPerCPU both run at once on the 2-CPU slurmd.
+    ids = []
+    for index in range(2):
+        status, body = slurm.request(
+            "POST",
+            f"/slurm/{slurm.api}/job/submit",
+            {
+                "job": {
+                    "name": f"no-mem-{index}",
+                    "partition": "batch",
+                    "required_nodes": ["hpc-0"],
+                    "cpus_per_task": 1,
+                    "current_working_directory": "/tmp",
+                    "environment": ["PATH=/usr/bin:/bin"],
+                    "script": "#!/bin/sh\nsleep 60\n",
+                }
+            },
+            user="alice",
+        )
+        assert status == 200, body
+        ids.append(body["job_id"])
+
+    def jobs() -> list[dict[str, t.Any]]:
+        return [slurm.get(f"job/{job_id}")["jobs"][0] for job_id in ids]
+
+    try:
+        wait_until(
+            lambda: all(job["job_state"] == ["RUNNING"] for job in jobs()),
+            SLURM_DEADLINE_S,
+            "both 1-CPU jobs without --mem RUNNING on hpc-0",
+        )
+        assert {job["memory_per_cpu"]["number"] for job in jobs()} == {8192}
+    finally:
+        for job_id in ids:
+            slurm.request("DELETE", f"/slurm/{slurm.api}/job/{job_id}", None, user="alice")
 
 
 def test_a_lent_node_joins_backfill_through_the_daemonset_nodeset(
