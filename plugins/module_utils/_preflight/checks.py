@@ -319,7 +319,10 @@ def _runtime_checks(
         "containerd.cgroup_driver",
         containerd_driver == settings.cgroup_driver,
         found=runc.get("error") or f"{containerd_driver} (containerd {info.get('version')})",
-        expected=f"{settings.cgroup_driver} (SystemdCgroup = {settings.cgroup_driver == 'systemd'})",
+        expected=(
+            f"{settings.cgroup_driver} "
+            f"(SystemdCgroup = {str(settings.cgroup_driver == 'systemd').lower()})"
+        ),
         fix=(
             "node_prep sets SystemdCgroup in containerd's config.toml and the kubelet's "
             "cgroupDriver together, then restarts both (with node_prep_runtime_changes: true; "
@@ -339,7 +342,10 @@ def _runtime_checks(
     c.add(
         "kubelet.cgroup_driver",
         kubelet_driver == settings.cgroup_driver and kubelet_driver == containerd_driver,
-        found=f"kubelet {kubelet_driver}, containerd {containerd_driver}",
+        found=(
+            f"kubelet {kubelet_driver or 'unknown (no configuration)'}, "
+            f"containerd {containerd_driver or 'unknown'}"
+        ),
         expected=f"both {settings.cgroup_driver}: a mismatch leaves pods outside their limits",
         fix=(
             "node_prep sets both (node_prep_runtime_changes: true; drain the node first); on "
@@ -365,9 +371,14 @@ def _runtime_checks(
             found=found,
             expected=f"{wanted} on a pool that runs Slurm jobs",
             fix=(
-                f"set {key}: {wanted} in the kubelet configuration; the change needs the node "
-                "drained and /var/lib/kubelet/cpu_manager_state removed (node_prep does both "
-                "with node_prep_runtime_changes: true)"
+                f"set {key}: {wanted} in the kubelet configuration and restart the kubelet on "
+                "a drained node"
+                + (
+                    ", without its old /var/lib/kubelet/cpu_manager_state"
+                    if key == "cpuManagerPolicy"
+                    else ""
+                )
+                + " (node_prep does it with node_prep_runtime_changes: true)"
             ),
             severity=WARN,
         )
