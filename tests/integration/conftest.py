@@ -24,7 +24,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
 )
 
 # Shared fixture modules that test modules also import from: rewrite their asserts too.
-pytest.register_assert_rewrite("handover_pool")
+pytest.register_assert_rewrite("handover_pool", "docker_fixtures")
 
 
 def selected_releases() -> list[str]:

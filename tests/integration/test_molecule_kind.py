@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,11 +28,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 import k8s_binaries
 import kind_images
-from docker_engine import DockerEngine, firewall_snapshot
+from docker_engine import firewall_snapshot
+from docker_fixtures import SessionEngine
 from slurm_lab import LabError
 
 REPO = Path(__file__).resolve().parents[2]
 MOLECULE_TIMEOUT_S = 40 * 60
+
+pytest_plugins = ["docker_fixtures"]
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,26 +45,6 @@ pytestmark = [
 
 def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
-
-
-class SessionEngine(DockerEngine):
-    """dockerd for this module: started here unless it runs already, then stopped here."""
-
-    started_here = False
-
-
-@pytest.fixture(scope="module")
-def docker_engine() -> Iterator[SessionEngine]:
-    engine = SessionEngine()
-    if not engine.status()["answering"]:
-        try:
-            engine.up()
-        except LabError as err:
-            pytest.fail(f"dockerd did not start: {err}", pytrace=False)
-        engine.started_here = True
-    yield engine
-    if engine.started_here and engine.pid():
-        engine.down()
 
 
 @pytest.fixture(scope="module")
