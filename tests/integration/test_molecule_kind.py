@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,16 @@ pytestmark = [
 
 def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def machine_sysctls() -> Iterator[None]:
+    """node_prep raises the machine's inotify limits (kind nodes share its kernel): put back."""
+    names = ("fs/inotify/max_user_instances", "fs/inotify/max_user_watches")
+    before = {name: Path("/proc/sys", name).read_text() for name in names}
+    yield
+    for name, value in before.items():
+        Path("/proc/sys", name).write_text(value)
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,8 @@ NODE_PACKAGES = [
     "containerd",
     "runc",
     "containernetworking-plugins",
+    # Not in kind's image: Ansible's modules (the bare-metal preflight) need it on a node.
+    "python3",
 ]
 KUBE_PROXY_PACKAGES = ("iptables", "nftables", "conntrack")
 SLURM_PACKAGES = [

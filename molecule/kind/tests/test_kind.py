@@ -10,11 +10,20 @@ Slurm's cgroup plugins work inside a slurmd pod.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import testinfra
-from kind_cluster import NAMESPACE, configured, kubectl_json, submit, wait_for_state
+from kind_cluster import (
+    NAMESPACE,
+    PREFLIGHT_REPORT,
+    configured,
+    kubectl_json,
+    submit,
+    wait_for_state,
+)
 
 SLURM_POOL = "slurm"
 PARTITION = "batch"
@@ -115,3 +124,33 @@ def test_a_job_over_its_memory_is_killed_by_the_kernel() -> None:
     job_id = submit("hpcops-oom", script, partition=PARTITION, memory_mib=100)
     record = wait_for_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"})
     assert "OUT_OF_MEMORY" in record["job_state"], record["job_state"]
+
+
+# The node containers as the kind inventory lists them, by pool.
+NODE_HOSTS = {
+    "hpcops-worker": "hpc",
+    "hpcops-worker2": "interactive",
+    "hpcops-worker3": "interactive",
+}
+
+
+def test_the_preflight_passed_on_every_node_host() -> None:
+    results = json.loads(Path(PREFLIGHT_REPORT).read_text())["results"]
+    assert {r["host"] for r in results} - {"(site)"} == set(NODE_HOSTS)
+    assert [r for r in results if r["status"] == "fail"] == []
+    checks = {(r["host"], r["check"]): r["status"] for r in results}
+    for host in NODE_HOSTS:
+        assert checks[(host, "node.labels")] == "pass"
+        assert checks[(host, "kubelet.cgroup_driver")] == "pass"
+        assert checks[(host, "sysctl.fs.inotify.max_user_instances")] == "pass"
+
+
+@pytest.mark.parametrize("name", list(NODE_HOSTS))
+def test_node_prep_left_the_node_host_ready(name: str) -> None:
+    node = testinfra.get_host(f"docker://{name}")
+    settings = node.file("/etc/sysctl.d/90-hpcops-slinky.conf")
+    assert settings.contains("^fs.inotify.max_user_instances=")
+    assert settings.contains("^net.ipv4.ip_forward=1$")
+    assert node.sysctl("fs.inotify.max_user_instances") >= 8192
+    assert node.service("kubelet").is_running
+    assert node.service("containerd").is_running

@@ -20,6 +20,8 @@ from typing import Any
 NAMESPACE = os.environ.get("HPCOPS_KIND_SLURM_NAMESPACE", "slurm")
 SLURMRESTD = os.environ.get("HPCOPS_KIND_SLURMRESTD", "")
 TOKEN_SECRET = os.environ.get("HPCOPS_KIND_TOKEN_SECRET", "")
+# The JSON report of the last preflight (site.yml runs it first on the node containers).
+PREFLIGHT_REPORT = os.environ.get("HPCOPS_KIND_PREFLIGHT_REPORT", "")
 API = "v0.0.44"
 # The token is SlurmUser's, which may act for any user: the jobs run as alice.
 JOB_USER = "alice"
