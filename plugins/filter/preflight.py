@@ -12,15 +12,15 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight import report
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.checks import (
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight import report
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.checks import (
     HostInput,
     PoolSettings,
     PreflightError,
     Settings,
     evaluate,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.inventory import (
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.inventory import (
     inventory_problems,
     pool_of_hosts,
 )

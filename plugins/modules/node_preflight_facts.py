@@ -84,33 +84,61 @@ facts:
   returned: always
   type: dict
   contains:
-    hostname: {description: The host's name., type: str}
-    os: {description: C(id), C(version_id) and C(pretty_name) of /etc/os-release., type: dict}
-    kernel: {description: C(release) and C(cmdline)., type: dict}
+    hostname:
+      description: The host's name.
+      type: str
+    os:
+      description: The C(id), C(version_id) and C(pretty_name) of /etc/os-release.
+      type: dict
+    kernel:
+      description: The C(release) and the C(cmdline).
+      type: dict
     cgroup:
-      description: C(mode) (unified, hybrid, legacy or none) and the enabled C(controllers).
+      description: The C(mode) (unified, hybrid, legacy or none) and the enabled C(controllers).
       type: dict
-    sysctls: {description: Each sysctl's value, null when absent., type: dict}
-    kernel_modules: {description: Each module's state - loaded, builtin or missing., type: dict}
-    swap: {description: Active swap C(devices), C(total_kib) and the C(fstab) swap entries., type: dict}
+    sysctls:
+      description: Each sysctl's value; null when the host has no such sysctl.
+      type: dict
+    kernel_modules:
+      description: Each module's state - loaded, builtin or missing.
+      type: dict
+    swap:
+      description: The active swap C(devices), their C(total_kib), and the swap entries of /etc/fstab (C(fstab)).
+      type: dict
     kubelet:
-      description: C(installed), C(running), C(flags), C(config_path), C(config) (text) and
-        C(dropins) (name to text).
+      description:
+        - C(installed), C(running), the running kubelet's C(flags), C(config_path), the file's
+          text (C(config)) and its drop-ins by name (C(dropins)).
       type: dict
-    containerd: {description: C(installed), C(version) and C(config) (TOML text)., type: dict}
+    containerd:
+      description: C(installed), C(version), and the effective configuration's TOML text (C(config)).
+      type: dict
     nvidia:
       description: C(module_loaded), C(driver_version), C(smi), C(nvswitch) and C(fabricmanager_active).
       type: dict
     clock:
-      description: C(synchronized), C(maxerror_us), active time C(services) and C(epoch).
+      description: C(synchronized), C(maxerror_us), the active time C(services) and the host's C(epoch).
       type: dict
-    resolve: {description: Each name and the addresses it resolves to (empty when it does not)., type: dict}
-    network: {description: C(links) (name, mtu, up, addresses) and the C(default) route's interface., type: dict}
-    slurm_user: {description: C(uid), C(gid) and C(group) of the slurm user, or null., type: dict}
-    mounts: {description: Each path and its C(source) and C(fstype), or null when nothing is mounted there., type: dict}
+    resolve:
+      description: Each name and the addresses it resolves to; empty when it does not resolve.
+      type: dict
+    network:
+      description: The interfaces (C(links), each with its name, mtu, up and addresses) and the default route's interface (C(default)).
+      type: dict
+    slurm_user:
+      description: The C(uid), C(gid) and C(group) of the slurm user; null when there is none.
+      type: dict
+    mounts:
+      description: Each path with the C(source) and C(fstype) mounted there; null when nothing is.
+      type: dict
   sample:
-    cgroup: {mode: unified, controllers: [cpu, cpuset, io, memory, pids]}
-    swap: {devices: [], total_kib: 0, fstab: []}
+    cgroup:
+      mode: unified
+      controllers: [cpu, cpuset, io, memory, pids]
+    swap:
+      devices: []
+      total_kib: 0
+      fstab: []
 """
 
 from ansible.module_utils.basic import AnsibleModule

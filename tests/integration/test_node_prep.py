@@ -96,7 +96,7 @@ def inventory(path: Path, report: Path, **overrides: t.Any) -> Path:
     }
     variables.update(overrides)
     pools: dict[str, t.Any] = {}
-    for host, (_, pool) in HOSTS.items():
+    for host, (_suite, pool) in HOSTS.items():
         pools.setdefault(f"slinky_pool_{pool}", {"hosts": {}})["hosts"][host] = {}
     document = {
         "all": {
@@ -165,7 +165,7 @@ def site(
     docker("network", "rm", NETWORK, check=False)
     docker("network", "create", "--subnet", SUBNET, NETWORK)
     try:
-        for host, (suite, _) in HOSTS.items():
+        for host, (suite, _pool) in HOSTS.items():
             extra = [] if host == "hpcops-deb13-b" else ["--tmpfs", SHARED]
             node_hosts.start(host, suite, NETWORK, extra)
             kubelet = dict(KUBELET)
@@ -229,7 +229,9 @@ def test_preflight_fails_each_prepared_check_and_changes_nothing(site: Site) -> 
     expected += [(host, "network.overlap", "node_prep_pod_cidr") for host in HOSTS]
     expected += [(host, check, "") for host in HOSTS for check in MACHINE_WIDE]
     expected += [
-        (host, "node.taints", "k8s_taint") for host, (_, pool) in HOSTS.items() if pool == "cpu"
+        (host, "node.taints", "k8s_taint")
+        for host, (_suite, pool) in HOSTS.items()
+        if pool == "cpu"
     ]
     for host, check, fix in expected:
         result = results[(host, check)]
@@ -274,7 +276,7 @@ def test_node_prep_fixes_what_it_may_then_the_preflight_passes(site: Site) -> No
     for host in HOSTS:
         for check in MACHINE_WIDE:
             assert results[(host, check)]["status"] == "waived"
-    for host, (_, pool) in HOSTS.items():
+    for host, (_suite, pool) in HOSTS.items():
         node = site.node(host)
         assert (
             node["metadata"]["labels"]["hpcops.io/pool"]

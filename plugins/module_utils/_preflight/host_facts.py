@@ -208,7 +208,7 @@ def containerd(config_path: str) -> dict[str, t.Any]:
     """containerd's version and effective configuration (`config dump`: file, imports, defaults)."""
     if not shutil.which("containerd"):
         return {"installed": False, "version": None, "config": _read(config_path)}
-    rc, out, _ = _run(["containerd", "--version"])
+    rc, out, _err = _run(["containerd", "--version"])
     match = re.search(r"\bv?(\d+\.\d+\.\d+)", out) if rc == 0 else None
     rc, dump, err = _run(["containerd", "--config", config_path, "config", "dump"])
     return {
@@ -221,7 +221,7 @@ def containerd(config_path: str) -> dict[str, t.Any]:
 
 
 def _unit_active(unit: str) -> bool:
-    rc, out, _ = _run(["systemctl", "is-active", unit])
+    rc, out, _err = _run(["systemctl", "is-active", unit])
     return rc == 0 and out.strip() == "active"
 
 
@@ -313,7 +313,7 @@ def interfaces() -> dict[str, t.Any]:
             }
         )
     default = None
-    rc, out, _ = _run(["ip", "-j", "route", "show", "default"])
+    rc, out, _err = _run(["ip", "-j", "route", "show", "default"])
     if rc == 0:
         routes = json.loads(out or "[]")
         if routes:

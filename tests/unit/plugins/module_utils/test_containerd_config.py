@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.checks import containerd_runc
 from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.containerd_config import (
     ContainerdConfigError,
     set_cri_options,
 )
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.checks import containerd_runc
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures/preflight"
 DEBIAN = (FIXTURES / "containerd-1.6.20-debian-config.toml").read_text()

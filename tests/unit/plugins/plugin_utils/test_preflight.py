@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight import report
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.checks import (
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight import report
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.checks import (
     FAIL,
     PASS,
     SITE,
@@ -25,7 +25,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.checks im
     evaluate,
     kubelet_config,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.inventory import (
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.inventory import (
     batch_size,
     inventory_problems,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import typing as t
 from collections.abc import Iterable, Mapping
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.checks import (
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.checks import (
     FAIL,
     PASS,
     SKIP,

@@ -670,7 +670,8 @@ def _mtu_check(c: _Checker, host: HostInput, pool_mtus: Counter[int], settings: 
     elif len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
         wanted, source = (
             0,
-            f"one MTU across pool {host.pool}, which has " + ", ".join(str(m) for m, _ in ranked),
+            f"one MTU across pool {host.pool}, which has "
+            + ", ".join(str(mtu) for mtu, _count in ranked),
         )
     else:
         wanted, source = (ranked[0][0] if ranked else 0), f"the rest of pool {host.pool}"

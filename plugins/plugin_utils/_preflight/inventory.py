@@ -18,7 +18,7 @@ try:
 except ImportError:
     netaddr = None
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._preflight.checks import (
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.checks import (
     require_netaddr,
 )
 
