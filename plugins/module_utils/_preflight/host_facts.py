@@ -74,33 +74,44 @@ def kernel() -> dict[str, t.Any]:
     return {"release": release, "cmdline": (_read("/proc/cmdline") or "").strip()}
 
 
-def cgroup() -> dict[str, t.Any]:
-    """The hierarchy: unified (v2 only), hybrid (v1 controllers, v2 beside) or legacy (v1)."""
-    mounts = _read("/proc/self/mounts") or ""
+def mount_types(mounts_text: str) -> dict[str, str]:
+    """Mount point to filesystem type, from /proc/self/mounts (pure)."""
     types = {}
-    for line in mounts.splitlines():
+    for line in mounts_text.splitlines():
         fields = line.split()
         if len(fields) >= 3:
-            types[fields[1]] = fields[2]
-    root = types.get(CGROUP_ROOT)
-    if root == "cgroup2":
-        mode = "unified"
-    elif any(t_ == "cgroup2" for t_ in types.values()):
-        mode = "hybrid"
-    elif any(t_ == "cgroup" for t_ in types.values()):
-        mode = "legacy"
-    else:
-        mode = "none"
+            types[fields[1].replace("\\040", " ")] = fields[2]
+    return types
+
+
+def cgroup_mode(types: dict[str, str]) -> str:
+    """unified (v2 only), hybrid (v1 controllers, v2 beside them), legacy (v1) or none (pure)."""
+    if types.get(CGROUP_ROOT) == "cgroup2":
+        return "unified"
+    if "cgroup2" in types.values():
+        return "hybrid"
+    if "cgroup" in types.values():
+        return "legacy"
+    return "none"
+
+
+def enabled_v1_controllers(proc_cgroups: str) -> list[str]:
+    """The enabled controllers of /proc/cgroups (subsys_name hierarchy num_cgroups enabled)."""
+    controllers = []
+    for line in proc_cgroups.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 4 and fields[3] == "1":
+            controllers.append(fields[0])
+    return sorted(controllers)
+
+
+def cgroup() -> dict[str, t.Any]:
+    mode = cgroup_mode(mount_types(_read("/proc/self/mounts") or ""))
     if mode == "unified":
-        controllers = (_read(f"{CGROUP_ROOT}/cgroup.controllers") or "").split()
+        controllers = sorted((_read(f"{CGROUP_ROOT}/cgroup.controllers") or "").split())
     else:
-        # /proc/cgroups: subsys_name hierarchy num_cgroups enabled
-        controllers = []
-        for line in (_read("/proc/cgroups") or "").splitlines()[1:]:
-            fields = line.split()
-            if len(fields) == 4 and fields[3] == "1":
-                controllers.append(fields[0])
-    return {"mode": mode, "controllers": sorted(controllers)}
+        controllers = enabled_v1_controllers(_read("/proc/cgroups") or "")
+    return {"mode": mode, "controllers": controllers}
 
 
 def sysctls(names: list[str]) -> dict[str, str | None]:
@@ -136,21 +147,32 @@ def kernel_modules(names: list[str]) -> dict[str, str]:
     return states
 
 
-def swap() -> dict[str, t.Any]:
+def swap_devices(proc_swaps: str) -> list[dict[str, t.Any]]:
+    """Active swap from /proc/swaps (Filename Type Size Used Priority) (pure)."""
     devices = []
-    for line in (_read("/proc/swaps") or "").splitlines()[1:]:
+    for line in proc_swaps.splitlines()[1:]:
         fields = line.split()
         if len(fields) >= 3:
             devices.append({"name": fields[0], "size_kib": int(fields[2])})
-    fstab = []
-    for line in (_read("/etc/fstab") or "").splitlines():
+    return devices
+
+
+def fstab_swap_entries(fstab: str) -> list[str]:
+    """The devices or files /etc/fstab turns on as swap at boot (pure)."""
+    entries = []
+    for line in fstab.splitlines():
         fields = line.split()
         if len(fields) >= 3 and not fields[0].startswith("#") and fields[2] == "swap":
-            fstab.append(fields[0])
+            entries.append(fields[0])
+    return entries
+
+
+def swap() -> dict[str, t.Any]:
+    devices = swap_devices(_read("/proc/swaps") or "")
     return {
         "devices": devices,
         "total_kib": sum(d["size_kib"] for d in devices),
-        "fstab": fstab,
+        "fstab": fstab_swap_entries(_read("/etc/fstab") or ""),
     }
 
 
@@ -339,8 +361,7 @@ def mounts(paths: list[str]) -> dict[str, dict[str, str] | None]:
     for line in (_read("/proc/self/mounts") or "").splitlines():
         fields = line.split()
         if len(fields) >= 3:
-            target = fields[1].replace("\\040", " ")
-            table[target] = {"source": fields[0], "fstype": fields[2]}
+            table[fields[1].replace("\\040", " ")] = {"source": fields[0], "fstype": fields[2]}
     return {path: table.get(path.rstrip("/") or "/") for path in paths}
 
 
