@@ -56,8 +56,13 @@ BUILD_TIMES = BIN_DIR / "build-times.json"
 
 SLINKY_OPERATOR_MODULE = "github.com/SlinkyProject/slurm-operator"
 # The newest release the Go module proxy serves here (v1.1.1 and later are refused, HTTP 403).
-SLINKY_OPERATOR_VERSION = "v1.1.0"
+# A release the proxy refuses can be built once from its source, by hand, never in CI:
+#   HPCOPS_LAB_SLINKY_VERSION=v1.2.1 HPCOPS_LAB_SLINKY_SOURCE=<git archive of the tag>
+#   HPCOPS_LAB_SLURM_CLIENT_SOURCE=<git archive of the slurm-client its go.mod names>
+SLINKY_OPERATOR_VERSION = os.environ.get("HPCOPS_LAB_SLINKY_VERSION", "v1.1.0")
+SLINKY_OPERATOR_SOURCE = os.environ.get("HPCOPS_LAB_SLINKY_SOURCE", "")
 SLURM_CLIENT_MODULE = "github.com/SlinkyProject/slurm-client"
+SLURM_CLIENT_SOURCE = os.environ.get("HPCOPS_LAB_SLURM_CLIENT_SOURCE", "")
 # slurm-client v1.1.0 is refused by the proxy too; v1.0.1 has the same API versions
 # (v0041 to v0044) and builds with operator v1.1.0 unchanged.
 SLURM_CLIENT_FALLBACK = "v1.0.1"
@@ -204,6 +209,8 @@ def go_install(binary: Binary, out: Path, package: str, ldflags: str = "-s -w") 
 
 def slinky_operator_source() -> Path:
     """The operator's module tree at SLINKY_OPERATOR_VERSION (code, charts and CRDs)."""
+    if SLINKY_OPERATOR_SOURCE:
+        return Path(SLINKY_OPERATOR_SOURCE)
     return Path(go_mod_download(f"{SLINKY_OPERATOR_MODULE}@{SLINKY_OPERATOR_VERSION}")["Dir"])
 
 
@@ -250,14 +257,10 @@ def build_slinky_operator(binary: Binary, out: Path) -> None:
         try:
             go_mod_download(f"{SLURM_CLIENT_MODULE}@{wanted}")
         except LabError as refused:
-            log(f"{refused}; building with {SLURM_CLIENT_MODULE} {SLURM_CLIENT_FALLBACK}")
+            replacement = SLURM_CLIENT_SOURCE or f"{SLURM_CLIENT_MODULE}@{SLURM_CLIENT_FALLBACK}"
+            log(f"{refused}; building with {replacement}")
             run_logged(
-                [
-                    "go",
-                    "mod",
-                    "edit",
-                    f"-replace={SLURM_CLIENT_MODULE}={SLURM_CLIENT_MODULE}@{SLURM_CLIENT_FALLBACK}",
-                ],
+                ["go", "mod", "edit", f"-replace={SLURM_CLIENT_MODULE}={replacement}"],
                 binary.build_log,
                 cwd=tree,
             )
