@@ -33,7 +33,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
 import node_hosts
-from ansible_runner import REPO, PlaybookRun, run_playbook
+from ansible_runner import REPO, SITE, PlaybookRun, run_playbook
 from docker_fixtures import SessionEngine
 from k8s_lab import K8sLab
 from kind_images import docker
@@ -149,6 +149,7 @@ def snapshot(host: str) -> str:
     return sh_in(
         host,
         "cat /etc/fstab /etc/containerd/config.toml /var/lib/kubelet/config.yaml; "
+        "cat /etc/default/grub 2>/dev/null || true; "
         "ls /etc/sysctl.d /etc/modules-load.d; sysctl -n net.ipv4.ip_forward",
     )
 
@@ -188,6 +189,7 @@ def site(
         # What sites get wrong, one host each.
         sh_in("hpcops-deb12-a", "echo '/swapfile none swap sw 0 0' >> /etc/fstab")
         sh_in("hpcops-deb12-a", "sysctl -w net.ipv4.ip_forward=0")
+        sh_in("hpcops-deb12-a", "echo 'GRUB_CMDLINE_LINUX=\"quiet\"' > /etc/default/grub")
         sh_in("hpcops-deb12-b", "groupadd -g 64030 slurm && useradd -u 64030 -g 64030 -M slurm")
         sh_in("hpcops-deb12-b", "ip link set eth0 mtu 1400")
         sh_in("hpcops-deb13-a", "sed -i 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf")
@@ -244,13 +246,29 @@ def test_preflight_fails_each_prepared_check_and_changes_nothing(site: Site) -> 
     assert table[0].split()[0] == "NODE" and len(table) == 1 + 1 + len(HOSTS)
 
 
+def test_site_yml_stops_on_the_failed_preflight_before_any_change(site: Site) -> None:
+    run = run_playbook(SITE, site.inventory())
+    assert run.failed
+    assert "The preflight failed on" in " ".join(run.failures())
+    assert "Check the list of components" not in run.task_names()
+    assert run.changed == 0
+
+
 def fix_by_hand(site: Site) -> Path:
     """What node_prep leaves to people: the mount, the MTU, the uid, DNS and the CIDR."""
     sh_in("hpcops-deb13-b", f"mkdir -p {SHARED} && mount -t tmpfs shared {SHARED}")
     sh_in("hpcops-deb12-b", "ip link set eth0 mtu 1500")
     sh_in("hpcops-deb12-b", "groupmod -g 401 slurm && usermod -u 401 slurm")
     sh_in("hpcops-deb13-a", "sed -i 's/^hosts:.*/hosts: files dns/' /etc/nsswitch.conf")
-    return site.inventory(node_prep_pod_cidr="10.244.0.0/16", node_prep_waived_checks=MACHINE_WIDE)
+    return prepared_inventory(site)
+
+
+def prepared_inventory(site: Site) -> Path:
+    return site.inventory(
+        node_prep_pod_cidr="10.244.0.0/16",
+        node_prep_waived_checks=MACHINE_WIDE,
+        node_prep_kernel_cmdline_apply=True,  # cgroup v2 at the next boot, no reboot
+    )
 
 
 def test_node_prep_in_check_mode_changes_nothing(site: Site) -> None:
@@ -267,7 +285,7 @@ def test_node_prep_in_check_mode_changes_nothing(site: Site) -> None:
 def test_node_prep_fixes_what_it_may_then_the_preflight_passes(site: Site) -> None:
     run = run_playbook(
         NODE_PREP,
-        site.inventory(node_prep_pod_cidr="10.244.0.0/16", node_prep_waived_checks=MACHINE_WIDE),
+        prepared_inventory(site),
     )
     assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
     assert all(host_changes(run).values())
@@ -293,6 +311,10 @@ def test_hosts_after_node_prep(site: Site, host: str) -> None:
     assert node.file("/etc/sysctl.d/90-hpcops-slinky.conf").contains("^net.ipv4.ip_forward=1$")
     assert node.file("/etc/modules-load.d/br_netfilter.conf").exists
     assert not node.file("/etc/fstab").contains(r"^/swapfile\s")
+    if host == "hpcops-deb12-a":
+        grub = node.file("/etc/default/grub").content_string
+        assert grub == 'GRUB_CMDLINE_LINUX="quiet systemd.unified_cgroup_hierarchy=1"\n'
+
     config = node.file("/etc/containerd/config.toml").content_string
     assert "SystemdCgroup = true" in config
     assert node.service("containerd").is_running
@@ -305,7 +327,7 @@ def test_hosts_after_node_prep(site: Site, host: str) -> None:
 def test_node_prep_again_changes_nothing(site: Site) -> None:
     run = run_playbook(
         NODE_PREP,
-        site.inventory(node_prep_pod_cidr="10.244.0.0/16", node_prep_waived_checks=MACHINE_WIDE),
+        prepared_inventory(site),
     )
     assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
     assert host_changes(run) == dict.fromkeys(HOSTS, 0), run.changed_tasks()
