@@ -62,7 +62,9 @@ def _settings(config: dict[str, t.Any]) -> Settings:
         )
         for name, pool in pools_config.items()
     }
-    scalars = {k: cast(config[k]) for k, cast in _SCALARS.items() if config.get(k) not in (None, "")}
+    scalars = {
+        k: cast(config[k]) for k, cast in _SCALARS.items() if config.get(k) not in (None, "")
+    }
     return Settings(
         pools=pools,
         kernel_modules=list(config.get("kernel_modules") or []),
