@@ -107,14 +107,17 @@ def first_release() -> str:
 # by then the lab tests (mostly waiting on Slurm and Kubernetes) have left the cores idle
 # long enough. The image builds wait on the same locks, so nothing is built twice.
 KIND_MODULE = "test_molecule_kind.py"
+# The Debian host containers of the bare-metal preflight: their roots are in the same
+# preparation, so they run last too, before the kind scenarios.
+LATE_MODULES = ("test_node_prep.py", KIND_MODULE)
 KIND_PREPARE_LOG = Path(__file__).resolve().parents[2] / ".kind" / "prepare.log"
 
 
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    kind_items = [item for item in items if item.path.name == KIND_MODULE]
-    items[:] = [item for item in items if item.path.name != KIND_MODULE] + kind_items
+    late = [item for name in LATE_MODULES for item in items if item.path.name == name]
+    items[:] = [item for item in items if item.path.name not in LATE_MODULES] + late
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -122,8 +125,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or os.geteuid() != 0:
         return
-    if not any(item.path.name == KIND_MODULE for item in session.items):
+    if not any(item.path.name in LATE_MODULES for item in session.items):
         return
+    if os.environ.get("HPCOPS_KIND_PREPARE_PID"):
+        return  # `make test` started it before lint
     KIND_PREPARE_LOG.parent.mkdir(exist_ok=True)
     with KIND_PREPARE_LOG.open("w") as log:
         config.stash[kind_prepare_key] = subprocess.Popen(

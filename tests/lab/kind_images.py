@@ -631,6 +631,12 @@ def prepare() -> float:
     with build_lock():
         for root in (bookworm_base, slurm_root, node_root):
             root()
+        # The Debian 12 and 13 hosts of the bare-metal preflight test; node_hosts builds on
+        # this module, hence the late import.
+        import node_hosts  # noqa: PLC0415
+
+        for suite in node_hosts.SUITES:
+            node_hosts.host_root(suite)
     return time.monotonic() - started
 
 

@@ -95,7 +95,9 @@ def image(suite: str) -> Image:
 
 
 def ensure(suites: Sequence[str] = tuple(SUITES)) -> dict[str, str]:
-    return {suite: kind_images.ensure_image(image(suite))[0] for suite in suites}
+    # The lock of kind_images: its background preparation builds the same roots.
+    with kind_images.build_lock():
+        return {suite: kind_images.ensure_image(image(suite))[0] for suite in suites}
 
 
 def start(name: str, suite: str, network: str, extra: Sequence[str] = ()) -> None:
