@@ -330,7 +330,9 @@ def test_cgroup_conf_confines_each_job(deployed: t.Any, slurm: SlinkyRest) -> No
 
     def finished() -> dict[str, t.Any] | None:
         job = slurm.get(f"job/{job_id}")["jobs"][0]
-        return job if {"COMPLETED", "FAILED"} & set(job["job_state"]) else None
+        states = set(job["job_state"])
+        # COMPLETING rides along until the epilog is done: wait for it to clear.
+        return job if {"COMPLETED", "FAILED"} & states and "COMPLETING" not in states else None
 
     job = wait_until(finished, SLURM_DEADLINE_S, f"job {job_id} to finish")
     assert job["job_state"] == ["COMPLETED"], job["job_state"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -50,6 +51,8 @@ DOCKERD = "/usr/sbin/dockerd"
 SYSCTLS = ("net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables")
 # Interfaces of the Slurm lab (slurm_lab.py names them hpl<release>-...).
 LAB_INTERFACES = "hpl+"
+# What a dockerd's rules name: its chains, its default bridge and its networks' bridges.
+DOCKERD_RULE = re.compile(r"DOCKER|\bdocker0\b|\bbr-[0-9a-f]{12}\b")
 
 
 def log(message: str) -> None:
@@ -138,6 +141,9 @@ class DockerEngine:
             raise LabError(f"another docker daemon answers on {SOCKET}; stop it first")
         RUN_DIR.mkdir(parents=True, exist_ok=True)
         DATA_ROOT.mkdir(parents=True, exist_ok=True)
+        # No dockerd runs, so rules that name its chains or bridges belong to one that was
+        # killed: recorded as "before", down would keep them for good.
+        self.remove_stale_rules()
         # Recorded before dockerd touches anything, so down can put it all back.
         created_lib_modules = not Path("/lib/modules").exists()
         state = {
@@ -241,6 +247,31 @@ class DockerEngine:
             }
             for chain in ("INPUT", "FORWARD", "OUTPUT"):
                 run(tool, "-P", chain, policies.get(chain, "ACCEPT"), check=False)
+
+    def remove_stale_rules(self) -> None:
+        """Rules, chains and bridges of a dockerd that died without `down` (killed with its run)."""
+        removed = []
+        for tool in ("iptables", "ip6tables"):
+            if shutil.which(tool) is None:
+                continue
+            for table in ("filter", "nat"):
+                listed = run(tool, "-t", table, "-S", check=False).stdout.splitlines()
+                for line in listed:
+                    if line.startswith("-A ") and DOCKERD_RULE.search(line):
+                        run(tool, "-t", table, *line.replace("-A ", "-D ", 1).split(), check=False)
+                        removed.append(f"{tool} {line}")
+                for line in listed:
+                    if line.startswith("-N DOCKER"):
+                        run(tool, "-t", table, "-X", line.split()[1], check=False)
+                        if table == "filter" and "-P FORWARD DROP" in listed:
+                            # dockerd's doing (see the module's docstring), not the site's.
+                            run(tool, "-P", "FORWARD", "ACCEPT", check=False)
+        links = run("ip", "-o", "link", "show", check=False).stdout
+        for name in re.findall(r"^\d+: (docker0|br-[0-9a-f]{12})[@:]", links, flags=re.M):
+            run("ip", "link", "delete", name, check=False)
+            removed.append(f"interface {name}")
+        if removed:
+            log(f"removed {len(removed)} rules and interfaces of a dockerd that was killed")
 
     def leftovers(self) -> list[str]:
         """What differs from before up: firewall rules, docker0, a running daemon."""
