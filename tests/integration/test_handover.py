@@ -83,8 +83,9 @@ def test_lend_gives_idle_pool_nodes_to_slurm_and_leaves_the_rest(clean_pool: Poo
     assert rows["int02"]["app_pods"] == 1 and rows["int02"]["journal"] == "free"
     assert rows["gpu01"]["never_touch"] is True
     assert "svc01" not in rows
-    assert re.search(r'"int01 +Ready +0 +lent +\S+ +DYNAMIC_NORM\+IDLE +0 ', run.output)
-    assert re.search(r'"gpu01 +Ready,never-touch +0 +free ', run.output)
+    # The table as the terminal shows it: one line per node, in columns (show_table).
+    assert re.search(r"^int01 +Ready +0 +lent +\S+ +DYNAMIC_NORM\+IDLE +0 ", run.output, re.M)
+    assert re.search(r"^gpu01 +Ready,never-touch +0 +free ", run.output, re.M)
 
 
 def test_under_wait_no_job_is_touched_and_the_node_is_blocked(clean_pool: Pool) -> None:

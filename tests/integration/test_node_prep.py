@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import typing as t
 from collections.abc import Iterator
@@ -248,8 +249,11 @@ def test_preflight_fails_each_prepared_check_and_changes_nothing(site: Site) -> 
     assert ("hpcops-deb12-b", "swap.off") in passing
     assert ("hpcops-deb13-b", "dns.nodes") in passing
     (shown,) = role_task(run, "Show every node and check")
-    table = shown["msg"]
+    title, *table = shown["lines"]
+    assert title.startswith("Preflight, node x check")
     assert table[0].split()[0] == "NODE" and len(table) == 1 + 1 + len(HOSTS)
+    # On the terminal as a table, one line per host (show_table writes to stderr).
+    assert re.search(r"^hpcops-deb12-a +", run.output, re.M)
 
 
 def test_site_yml_stops_on_the_failed_preflight_before_any_change(site: Site) -> None:
