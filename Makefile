@@ -26,13 +26,14 @@ export PATH := $(BIN):$(PATH)
 # Modules run on localhost with the virtualenv, which has their Python libraries.
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 
-.PHONY: help deps setup lint sanity units integration build-check changelog-lint ee-check test demo clean \
+.PHONY: help deps setup lint docs-lint docs sanity units integration build-check changelog-lint ee-check test demo clean \
 	lab-up lab-down lab-status k8s-binaries kind-images kind-down record-slurm-fixtures benchmarks
 
 help:
 	@echo "make demo   build and install the collection, show its plugins and run a playbook with them"
 	@echo "make test   the whole suite: lint, sanity, galaxy build check, unit and integration tests"
 	@echo "make setup  the virtualenv (.venv) and the collection link used by the other targets"
+	@echo "make docs   the collection's docsite (antsibull-docs, offline) in .build/docsite"
 	@echo "Parts of test: lint sanity build-check changelog-lint ee-check units integration"
 	@echo "The lab (root): lab-up lab-down lab-status; record-slurm-fixtures re-records unit fixtures"
 	@echo "kind (root): kind-images builds every image molecule's kind scenarios need; kind-down stops dockerd"
@@ -65,6 +66,29 @@ lint: setup
 	yamllint --strict .
 	@echo ">> ansible-lint (production profile)"
 	ansible-lint --profile production
+	@$(MAKE) --no-print-directory docs-lint
+
+# The plugins' DOCUMENTATION, EXAMPLES and RETURN, the filters' docs, the roles' argument
+# specs and docs/docsite/*.yml as antsibull-docs reads them for the docsite (about 10 s).
+docs-lint: setup
+	@echo ">> antsibull-docs lint-collection-docs --plugin-docs"
+	antsibull-docs lint-collection-docs --plugin-docs .
+
+# The docsite: module, filter, inventory and role docs from their own DOCUMENTATION and
+# argument specs. antsibull-docs writes the Sphinx project; its intersphinx fetches are
+# replaced by docs/docsite/ansible_links.py, so the build is strict (-W) and offline.
+DOCSITE := $(BUILD)/docsite
+docs: setup
+	@rm -rf $(DOCSITE) && mkdir -p $(DOCSITE)
+	antsibull-docs sphinx-init --use-current --fail-on-error --dest-dir $(DOCSITE) \
+	  --project hpcops.slinky --copyright "hpcops.slinky contributors" \
+	  --title "hpcops.slinky: Slinky (Slurm on Kubernetes) on bare metal" --html-short-title hpcops.slinky \
+	  hpcops.slinky > /dev/null
+	printf '%s\n' '' '# make docs: offline, links to docs.ansible.com resolved by name' \
+	  'import sys' 'sys.path.insert(0, "$(CURDIR)/docs/docsite")' \
+	  'extensions.append("ansible_links")' 'intersphinx_mapping = {}' >> $(DOCSITE)/conf.py
+	$(DOCSITE)/build.sh
+	@echo ">> the docsite: $(DOCSITE)/build/html/index.html"
 
 # ansible-test sees exactly what git would ship: tracked files plus new, not ignored ones.
 sanity: setup

@@ -48,30 +48,32 @@ for path in (REPO / ".build" / "collections", REPO / "tests" / "lab"):
     sys.path.insert(0, str(path))
 
 from handover_reclaim import percentile, table  # noqa: E402
-from slurm_lab import LabError, wait_until  # noqa: E402
+from toolbox import LabError, wait_until  # noqa: E402
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.executor import (  # noqa: E402
+    Handover,
+    Settings,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (  # noqa: E402
+    NODESET_API,
+    KubernetesCalls,
+    lendable_nodesets,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (  # noqa: E402
     PartitionPolicy,
     Policy,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol import (  # noqa: E402
-    Marks,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (  # noqa: E402
+    HandoverMarkers,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (  # noqa: E402
     get_object,
     kubernetes_client,
     list_objects,
     patch_object,
     write_object,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover import (  # noqa: E402
-    NODESET_API,
-    Handover,
-    Kube,
-    Settings,
-    lendable_nodesets,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (  # noqa: E402
     Connection,
     SlurmRestClient,
     SlurmRestError,
@@ -104,7 +106,7 @@ class Cluster:
 
     def __init__(self, kubeconfig: Path) -> None:
         self.client = kubernetes_client(str(kubeconfig))
-        self.kube = Kube(self.client)
+        self.kube = KubernetesCalls(self.client)
         key = self.secret(SLURM_NAMESPACE, "slurm-jwt-key")["jwt_hs256.key"]
         url = self.slurmrestd_url()
         self.slurm = SlurmRestClient(Connection(url=url, token=mint_token(key, "root", 7200)))
@@ -260,13 +262,13 @@ class Recipe:
     def __init__(self, cluster: Cluster, node: str) -> None:
         self.cluster = cluster
         self.node = node
-        marks = Marks()
-        found = lendable_nodesets(cluster.client, marks.lend_label, marks.lend_label_value)
+        markers = HandoverMarkers()
+        found = lendable_nodesets(cluster.client, markers.lend_label, markers.lend_label_value)
         if not found:
             raise LabError("no lendable NodeSet: run `molecule converge -s handover`")
         self.nodeset = found[0]
         self.saved = copy.deepcopy(self.nodeset["spec"])
-        self.label = marks.lend_label
+        self.label = markers.lend_label
 
     def patch_nodeset(self, spec: dict[str, t.Any]) -> None:
         meta = self.nodeset["metadata"]
@@ -437,7 +439,7 @@ class Protocol:
             pool_selector={"hpcops.io/pool": "interactive"},
             partitions={PARTITION: PartitionPolicy(grace_s, "requeue")},
         )
-        settings = Settings(marks=Marks(), policy=policy, by="benchmark")
+        settings = Settings(markers=HandoverMarkers(), policy=policy, by="benchmark")
         return Handover(self.cluster.kube, self.cluster.slurm, settings)
 
     def trial(self, number: int, cap_s: float, *, busy: bool) -> Trial:

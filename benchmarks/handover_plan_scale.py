@@ -22,15 +22,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".build" / "collections"))
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (  # noqa: E402
-    JobView,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (  # noqa: E402
     Journal,
-    NodeView,
     PartitionPolicy,
-    PodView,
     Policy,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import plan  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (  # noqa: E402
+    JobView,
+    NodeView,
+    PodView,
     SlurmNodeView,
-    plan,
 )
 
 NOW = 1_800_000_000.0

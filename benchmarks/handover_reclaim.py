@@ -43,29 +43,31 @@ for path in (
 import handover_plan_scale  # noqa: E402
 from ansible_runner import LAB_INVENTORY, SITE, run_playbook  # noqa: E402
 from k8s_lab import K8sLab, LabNode  # noqa: E402
-from slurm_lab import LabError, wait_until  # noqa: E402
 from slurm_pods import REST_ADDRESS, SlinkyRest  # noqa: E402
+from toolbox import LabError, wait_until  # noqa: E402
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.executor import (  # noqa: E402
+    Handover,
+    Settings,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import KubernetesCalls  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (  # noqa: E402
     PartitionPolicy,
     Policy,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol import (  # noqa: E402
-    Marks,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (  # noqa: E402
+    HandoverMarkers,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (  # noqa: E402
     kubernetes_client,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover import (  # noqa: E402
-    Handover,
-    Kube,
-    Settings,
-    SharedNodeReads,
-    slurm_for_workers,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (  # noqa: E402
     Connection,
     SlurmRestClient,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.shared_reads import (  # noqa: E402
+    SharedNodeReads,
+    slurm_for_workers,
 )
 
 NAMESPACE = "bench"
@@ -367,11 +369,11 @@ def main() -> int:
     slurm = SlurmRestClient(
         Connection(url=f"http://{REST_ADDRESS}", token=rest.token(lifespan=7200))
     )
-    kube = Kube(kubernetes_client(str(lab.kubeconfig_path)), connections=args.many)
+    kube = KubernetesCalls(kubernetes_client(str(lab.kubeconfig_path)), connections=args.many)
     policy = Policy(
         pool_selector={BENCH_LABEL: "true"}, partitions={"backfill": PartitionPolicy(30, "requeue")}
     )
-    settings = Settings(marks=Marks(), policy=policy, by="benchmark")
+    settings = Settings(markers=HandoverMarkers(), policy=policy, by="benchmark")
 
     def handover(workers: int) -> Handover:  # as node_handover builds it for so many nodes
         return Handover(kube, slurm_for_workers(slurm, workers, settings.poll_s), settings)

@@ -36,8 +36,10 @@ sys.path[:0] = [
 from ansible_runner import run_task  # noqa: E402
 from slurm_lab import SlurmLab  # noqa: E402
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import select_nodes  # noqa: E402
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (  # noqa: E402
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (  # noqa: E402
+    select_nodes,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (  # noqa: E402
     Connection,
     SlurmRestClient,
 )

@@ -18,12 +18,12 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
 }
 
 
-class ActionModule(ActionBase):
+class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no types
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
-        result = super().run(tmp, task_vars)
+        result: dict[str, t.Any] = super().run(tmp, task_vars)
         # Fails the task with the option's name on bad input (AnsibleActionFail).
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         lines = ([args["title"]] if args["title"] else []) + list(args["lines"])

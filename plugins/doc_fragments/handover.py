@@ -7,7 +7,7 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     """The handover policy and journal, shared by handover_plan and node_handover (keep in
-    step with module_utils/_handover_options.py)."""
+    step with module_utils/_handover/options.py)."""
 
     DOCUMENTATION = r"""
 options:

@@ -12,19 +12,21 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._helm_chart import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slinky_release import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_release import (
     VERSION_VARIABLES,
     ReleaseError,
     mirrored_image,
     resolve,
     version_problems,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slinky_upgrade import upgrade_report
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_cluster_values import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_upgrade import (
+    upgrade_report,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
     ConfigError,
     autoscaling,
     build_values,

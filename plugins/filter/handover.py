@@ -12,20 +12,20 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_options import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import Policy
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     settings_problems,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import Policy
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol import (
-    Marks,
-    named_node_refusals,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_report import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report import (
     metrics_text,
     run_summary,
     summary_line,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import token_expiry
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
+    HandoverMarkers,
+    named_node_refusals,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import token_expiry
 
 COLUMNS = (
     ("NODE", "node"),
@@ -162,7 +162,7 @@ def handover_node_refusals(
         pool_selector=labels("pool_selector"), never_touch_selector=labels("never_touch_selector")
     )
     return named_node_refusals(
-        names, found, selectors, Marks(journal_annotation=journal_annotation)
+        names, found, selectors, HandoverMarkers(journal_annotation=journal_annotation)
     )
 
 

@@ -13,23 +13,21 @@ from collections.abc import Iterable, Mapping
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    import hostlist as _hostlist
-except ImportError as _import_error:
-    _hostlist = None
-    HOSTLIST_IMPORT_ERROR: ImportError | None = _import_error
-else:
-    HOSTLIST_IMPORT_ERROR = None
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (
+    HOSTLIST_IMPORT_ERROR,
+    hostlist_library,
+)
 
 
 def _require_hostlist(filter_name: str) -> t.Any:
-    if _hostlist is None:
+    hostlist = hostlist_library()
+    if hostlist is None:
         raise AnsibleFilterError(
             f"{filter_name}: the Python library python-hostlist is not installed on the "
             "controller; install it with 'pip install python-hostlist' (see the collection's "
             "requirements.txt)"
         ) from HOSTLIST_IMPORT_ERROR
-    return _hostlist
+    return hostlist
 
 
 def hostlist_expand(value: t.Any, sort: bool = False, allow_duplicates: bool = False) -> list[str]:

@@ -108,11 +108,11 @@ import typing as t
 from ansible.errors import AnsibleError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (
     SelectionError,
     select_nodes,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     Connection,
     SlurmRestClient,
     SlurmRestError,

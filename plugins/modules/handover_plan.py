@@ -154,58 +154,42 @@ status:
 import time
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_options import (
-    handover_argument_spec,
-    policy_from_params,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (
-    PolicyError,
-    application_pods_on_lent_nodes,
-    attention,
-    node_view,
-    orphans,
-    plan,
-    pod_view,
-    slurm_node_views,
-    status_rows,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
-    KubernetesError,
-    kubernetes_argument_spec,
-    kubernetes_client,
-    list_objects,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
     lendable_nodesets,
     nodeset_feature,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import PolicyError
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
+    handover_module_argspec,
+    policy_from_params,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import (
+    application_pods_on_lent_nodes,
+    attention,
+    orphans,
+    plan,
+    status_rows,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
+    node_view,
+    pod_view,
+    slurm_node_views,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
+    KubernetesError,
+    kubernetes_client,
+    list_objects,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argument_spec,
     token_from_secret,
-    token_secret_argument_spec,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import job_node_names
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import job_node_names
 
 
 def main() -> None:
-    argument_spec = slurmrestd_argument_spec()
-    argument_spec.update(token_secret_argument_spec())
-    argument_spec.update(kubernetes_argument_spec())
-    argument_spec.update(handover_argument_spec())
-    argument_spec.update(
-        lend_label={"type": "dict", "default": {"hpcops.io/slurm-lent": "true"}},
-        nodeset_namespace={"type": "str"},
-    )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        mutually_exclusive=TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
-        supports_check_mode=True,
-    )
+    module = handover_module_argspec().create_ansible_module(supports_check_mode=True)
     result: dict[str, t.Any] = {"changed": False}
     try:
         policy = policy_from_params(module.params["policy"])

@@ -114,18 +114,21 @@ waited_s:
 import time
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     Conflict,
     KubernetesError,
     delete_object,
     get_object,
-    kubernetes_argument_spec,
+    kubernetes_argspec,
     kubernetes_client,
     write_object,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._lease import decide, lease_body
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.lease import (
+    LeaseAction,
+    decide,
+    lease_body,
+)
 
 API_VERSION = "coordination.k8s.io/v1"
 
@@ -140,14 +143,14 @@ def attempt(client: t.Any, params: dict[str, t.Any], check_mode: bool) -> dict[s
         result.update(decision=decision.action, holder=decision.holder)
         if decision.expires_in is not None:
             result["expires_in"] = round(decision.expires_in, 1)
-        if decision.action in ("keep", "none"):
+        if decision.action in (LeaseAction.KEEP, LeaseAction.NONE):
             result["acquired"] = decision.holder == params["holder"] != ""
             return result
         result["changed"] = True
-        result["acquired"] = decision.action != "release"
+        result["acquired"] = decision.action != LeaseAction.RELEASE
         if check_mode:
             return result
-        if decision.action == "release" and lease is not None:
+        if decision.action == LeaseAction.RELEASE and lease is not None:
             delete_object(
                 client,
                 API_VERSION,
@@ -165,26 +168,32 @@ def attempt(client: t.Any, params: dict[str, t.Any], check_mode: bool) -> dict[s
                 now,
                 lease,
             )
-            write_object(client, body, create=decision.action == "create")
+            write_object(client, body, create=decision.action == LeaseAction.CREATE)
     except Conflict as err:
         # Another run wrote first: it holds the Lease, this one does nothing.
-        result.update(changed=False, acquired=False, decision="keep", conflict=str(err))
+        result.update(changed=False, acquired=False, decision=LeaseAction.KEEP, conflict=str(err))
     return result
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "default": "hpcops-slinky-handover"},
-            "namespace": {"type": "str", "required": True},
-            "holder": {"type": "str", "required": True},
-            "duration_s": {"type": "int", "default": 900},
-            "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
-            "wait_s": {"type": "float", "default": 0.0},
-            "poll_interval_s": {"type": "float", "default": 2.0},
-            **kubernetes_argument_spec(),
-        },
-        supports_check_mode=True,
+    module = (
+        ArgumentSpec(
+            {
+                "name": {"type": "str", "default": "hpcops-slinky-handover"},
+                "namespace": {"type": "str", "required": True},
+                "holder": {"type": "str", "required": True},
+                "duration_s": {"type": "int", "default": 900},
+                "state": {
+                    "type": "str",
+                    "choices": ["acquired", "released"],
+                    "default": "acquired",
+                },
+                "wait_s": {"type": "float", "default": 0.0},
+                "poll_interval_s": {"type": "float", "default": 2.0},
+            }
+        )
+        .merge(kubernetes_argspec())
+        .create_ansible_module(supports_check_mode=True)
     )
     params = module.params
     if params["duration_s"] < 1:

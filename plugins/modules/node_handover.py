@@ -235,37 +235,37 @@ blocked:
   elements: str
 """
 
-import os
 import typing as t
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_options import (
-    handover_argument_spec,
-    policy_from_params,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import PolicyError
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_protocol import Marks
-from ansible_collections.hpcops.slinky.plugins.module_utils._kubernetes import (
-    KubernetesError,
-    kubernetes_argument_spec,
-    kubernetes_client,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._node_handover import (
-    FAULT_ENV,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.executor import (
     Handover,
-    Kube,
     Outcome,
     Settings,
-    slurm_for_workers,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.faults import armed_fault
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import KubernetesCalls
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    ACTIONS,
+    HandoverAction,
+    HandoverResult,
+    PolicyError,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
+    handover_module_argspec,
+    policy_from_params,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
+    KubernetesError,
+    kubernetes_client,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     slurm_client,
-    slurmrestd_argument_spec,
     token_from_secret,
-    token_secret_argument_spec,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.shared_reads import (
+    slurm_for_workers,
 )
 
 TAINT_SPEC: dict[str, dict[str, t.Any]] = {
@@ -275,7 +275,7 @@ TAINT_SPEC: dict[str, dict[str, t.Any]] = {
 }
 
 
-def marks_from_params(params: dict[str, t.Any]) -> Marks:
+def markers_from_params(params: dict[str, t.Any]) -> HandoverMarkers:
     label = params["lend_label"]
     if len(label) != 1:
         raise PolicyError(
@@ -286,7 +286,7 @@ def marks_from_params(params: dict[str, t.Any]) -> Marks:
         )
     ((key, value),) = label.items()
     taint = params["lent_taint"] or {name: spec["default"] for name, spec in TAINT_SPEC.items()}
-    return Marks(
+    return HandoverMarkers(
         journal_annotation=params["journal_annotation"],
         lend_label=str(key),
         lend_label_value=str(value),
@@ -323,35 +323,28 @@ def check_numbers(params: dict[str, t.Any]) -> None:
 
 
 def main() -> None:
-    argument_spec = slurmrestd_argument_spec()
-    argument_spec.update(token_secret_argument_spec())
-    argument_spec.update(handover_argument_spec())
-    argument_spec.update(kubernetes_argument_spec())
-    argument_spec.update(
-        nodes={"type": "list", "elements": "str", "default": []},
-        action={
-            "type": "str",
-            "choices": ["lend", "reclaim", "resume", "mark_idle", "clean_orphans"],
-            "required": True,
-        },
-        idle_marks={"type": "dict", "default": {}},
-        holder={"type": "str", "default": "hpcops.slinky"},
-        reason={"type": "str", "default": ""},
-        lend_label={"type": "dict", "default": {"hpcops.io/slurm-lent": "true"}},
-        lent_taint={"type": "dict", "default": {}, "options": TAINT_SPEC},
-        reason_prefix={"type": "str", "default": "hpcops:"},
-        lend_timeout_s={"type": "float", "default": 120.0},
-        pod_timeout_s={"type": "float", "default": 30.0},
-        poll_interval_s={"type": "float", "default": 0.5},
-        max_parallel={"type": "int", "default": 8},
-        shared_reads_from={"type": "int", "default": 4},
-        event_namespace={"type": "str", "default": "default"},
-        nodeset_namespace={"type": "str"},
-    )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        mutually_exclusive=TOKEN_SECRET_MUTUALLY_EXCLUSIVE,
-        supports_check_mode=True,
+    module = (
+        handover_module_argspec()
+        .update_argspec(
+            nodes={"type": "list", "elements": "str", "default": []},
+            action={
+                "type": "str",
+                "choices": list(ACTIONS),
+                "required": True,
+            },
+            idle_marks={"type": "dict", "default": {}},
+            holder={"type": "str", "default": "hpcops.slinky"},
+            reason={"type": "str", "default": ""},
+            lent_taint={"type": "dict", "default": {}, "options": TAINT_SPEC},
+            reason_prefix={"type": "str", "default": "hpcops:"},
+            lend_timeout_s={"type": "float", "default": 120.0},
+            pod_timeout_s={"type": "float", "default": 30.0},
+            poll_interval_s={"type": "float", "default": 0.5},
+            max_parallel={"type": "int", "default": 8},
+            shared_reads_from={"type": "int", "default": 4},
+            event_namespace={"type": "str", "default": "default"},
+        )
+        .create_ansible_module(supports_check_mode=True)
     )
     params = module.params
     result: dict[str, t.Any] = {
@@ -364,22 +357,24 @@ def main() -> None:
     try:
         policy = policy_from_params(params["policy"])
         policy.check()
-        marks = marks_from_params(params)
+        markers = markers_from_params(params)
         check_numbers(params)
     except PolicyError as err:
         module.fail_json(msg=str(err), **result)
-    marking = params["action"] == "mark_idle"
+    marking = params["action"] == HandoverAction.MARK_IDLE
     # each node once, in the order given
     nodes = list(params["idle_marks"] if marking else dict.fromkeys(params["nodes"]))
     if not nodes:
         module.exit_json(**result)
     workers = min(params["max_parallel"], len(nodes))
     try:
-        kube = Kube(kubernetes_client(params["kubeconfig"], params["context"]), connections=workers)
+        kube = KubernetesCalls(
+            kubernetes_client(params["kubeconfig"], params["context"]), connections=workers
+        )
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
     settings = Settings(
-        marks=marks,
+        markers=markers,
         policy=policy,
         by=params["holder"],
         lend_timeout_s=params["lend_timeout_s"],
@@ -388,7 +383,7 @@ def main() -> None:
         event_namespace=params["event_namespace"],
         nodeset_namespace=params["nodeset_namespace"],
         check_mode=module.check_mode,
-        fault=os.environ.get(FAULT_ENV, ""),
+        fault=armed_fault(),
     )
     ref = params["token_secret"]
     slurm = slurm_client(module, token_from_secret(kube.client, ref) if ref else None)
@@ -398,31 +393,39 @@ def main() -> None:
         settings,
     )
 
-    def one(name: str) -> Outcome:
+    def handle_node(name: str) -> Outcome:
         if marking:
             mark = params["idle_marks"][name]
             return handover.mark_idle(name, float(mark) if mark is not None else None)
-        if params["action"] == "clean_orphans":
+        if params["action"] == HandoverAction.CLEAN_ORPHANS:
             return handover.clean_orphan(name)
         return handover.run(name, params["action"])
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        outcomes = list(pool.map(one, nodes))
+        outcomes = list(pool.map(handle_node, nodes))
 
     result["nodes"] = [outcome.as_dict() for outcome in outcomes]
     result["changed"] = any(outcome.changed for outcome in outcomes)
-    for key, wanted in (("lent", "lent"), ("returned", "free"), ("blocked", "blocked")):
+    for key, wanted in (
+        ("lent", HandoverResult.LENT),
+        ("returned", HandoverResult.FREE),
+        ("blocked", HandoverResult.BLOCKED),
+    ):
         result[key] = [
             o.node for o in outcomes if o.result == wanted and (key != "returned" or o.changed)
         ]
     for outcome in outcomes:
         for warning in outcome.warnings:
             module.warn(f"{outcome.node}: {warning}")
-        if outcome.result == "blocked":
+        if outcome.result == HandoverResult.BLOCKED:
             module.warn(f"{outcome.node}: {outcome.message}")
-    bad = [o for o in outcomes if o.result in ("failed", "refused")]
-    if bad:
-        module.fail_json(msg="; ".join(f"{o.node}: {o.result}: {o.message}" for o in bad), **result)
+    failed_or_refused = [
+        o for o in outcomes if o.result in (HandoverResult.FAILED, HandoverResult.REFUSED)
+    ]
+    if failed_or_refused:
+        module.fail_json(
+            msg="; ".join(f"{o.node}: {o.result}: {o.message}" for o in failed_or_refused), **result
+        )
     module.exit_json(**result)
 
 

@@ -29,6 +29,9 @@ options:
     description: A line written before O(lines); none when empty.
     type: str
     default: ""
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
   action:
     support: full
@@ -41,6 +44,7 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: all
 notes:
   - Use C(run_once) for a table that covers every host.

@@ -144,15 +144,12 @@ reservations:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    SLURMRESTD_MUTUALLY_EXCLUSIVE,
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argument_spec,
+    slurmrestd_argspec,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (
     select_jobs,
     select_nodes,
 )
@@ -161,25 +158,23 @@ GATHER_CHOICES = ["all", "ping", "diag", "nodes", "jobs", "partitions", "reserva
 
 
 def main() -> None:
-    argument_spec = slurmrestd_argument_spec()
-    argument_spec.update(
-        gather={
-            "type": "list",
-            "elements": "str",
-            "choices": GATHER_CHOICES,
-            "default": ["nodes", "jobs", "partitions"],
-        },
-        nodes={"type": "list", "elements": "str"},
-        node_states={"type": "list", "elements": "str"},
-        partitions={"type": "list", "elements": "str"},
-        job_states={"type": "list", "elements": "str"},
-        users={"type": "list", "elements": "str"},
-        job_ids={"type": "list", "elements": "str"},
-    )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        mutually_exclusive=SLURMRESTD_MUTUALLY_EXCLUSIVE,
-        supports_check_mode=True,
+    module = (
+        slurmrestd_argspec()
+        .update_argspec(
+            gather={
+                "type": "list",
+                "elements": "str",
+                "choices": GATHER_CHOICES,
+                "default": ["nodes", "jobs", "partitions"],
+            },
+            nodes={"type": "list", "elements": "str"},
+            node_states={"type": "list", "elements": "str"},
+            partitions={"type": "list", "elements": "str"},
+            job_states={"type": "list", "elements": "str"},
+            users={"type": "list", "elements": "str"},
+            job_ids={"type": "list", "elements": "str"},
+        )
+        .create_ansible_module(supports_check_mode=True)
     )
     params = module.params
     gather = set(GATHER_CHOICES[1:]) if "all" in params["gather"] else set(params["gather"])

@@ -130,40 +130,32 @@ signal:
   sample: SIGKILL
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    SLURMRESTD_MUTUALLY_EXCLUSIVE,
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argument_spec,
+    slurmrestd_argspec,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
-    select_jobs,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import JOB_ACTIVE_STATES
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import select_jobs
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import JOB_ACTIVE_STATES
 
 SELECTORS = ("job_ids", "nodes", "partitions", "users", "names")
 
 
 def main() -> None:
-    argument_spec = slurmrestd_argument_spec()
-    argument_spec.update(
-        action={"type": "str", "choices": ["cancel", "signal"], "default": "cancel"},
-        signal={"type": "str"},
-        batch_only={"type": "bool", "default": False},
-        job_ids={"type": "list", "elements": "str"},
-        nodes={"type": "list", "elements": "str"},
-        partitions={"type": "list", "elements": "str"},
-        users={"type": "list", "elements": "str"},
-        names={"type": "list", "elements": "str"},
-        job_states={"type": "list", "elements": "str", "default": list(JOB_ACTIVE_STATES)},
-    )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        mutually_exclusive=SLURMRESTD_MUTUALLY_EXCLUSIVE,
-        required_one_of=[SELECTORS],
-        supports_check_mode=True,
+    module = (
+        slurmrestd_argspec()
+        .update_argspec(
+            action={"type": "str", "choices": ["cancel", "signal"], "default": "cancel"},
+            signal={"type": "str"},
+            batch_only={"type": "bool", "default": False},
+            job_ids={"type": "list", "elements": "str"},
+            nodes={"type": "list", "elements": "str"},
+            partitions={"type": "list", "elements": "str"},
+            users={"type": "list", "elements": "str"},
+            names={"type": "list", "elements": "str"},
+            job_states={"type": "list", "elements": "str", "default": list(JOB_ACTIVE_STATES)},
+        )
+        .create_ansible_module(required_one_of=[SELECTORS], supports_check_mode=True)
     )
     params = module.params
     signal = params["signal"] or ("SIGKILL" if params["action"] == "cancel" else "SIGTERM")

@@ -166,18 +166,17 @@ jobs_affected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_module import (
-    SLURMRESTD_MUTUALLY_EXCLUSIVE,
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argument_spec,
+    slurmrestd_argspec,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_node_change import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.node_change import (
     NODE_STATE_CHOICES,
     NodeRequest,
     plan_node_change,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm_query import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (
     expand_hostlists,
     select_jobs,
 )
@@ -205,22 +204,26 @@ def request_from_params(module: AnsibleModule) -> NodeRequest:
 
 
 def main() -> None:
-    argument_spec = slurmrestd_argument_spec()
-    argument_spec.update(
-        names={"type": "list", "elements": "str", "required": True, "aliases": ["name", "nodes"]},
-        state={"type": "str", "choices": list(NODE_STATE_CHOICES)},
-        reason={"type": "str"},
-        reason_prefix={"type": "str", "default": "hpcops:"},
-        force={"type": "bool", "default": False},
-        features={"type": "list", "elements": "str"},
-        weight={"type": "int"},
-        comment={"type": "str"},
-    )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        mutually_exclusive=SLURMRESTD_MUTUALLY_EXCLUSIVE,
-        required_one_of=[("state", "features", "weight", "comment")],
-        supports_check_mode=True,
+    module = (
+        slurmrestd_argspec()
+        .update_argspec(
+            names={
+                "type": "list",
+                "elements": "str",
+                "required": True,
+                "aliases": ["name", "nodes"],
+            },
+            state={"type": "str", "choices": list(NODE_STATE_CHOICES)},
+            reason={"type": "str"},
+            reason_prefix={"type": "str", "default": "hpcops:"},
+            force={"type": "bool", "default": False},
+            features={"type": "list", "elements": "str"},
+            weight={"type": "int"},
+            comment={"type": "str"},
+        )
+        .create_ansible_module(
+            required_one_of=[("state", "features", "weight", "comment")], supports_check_mode=True
+        )
     )
     request = request_from_params(module)
     with failing_cleanly(module, {}):

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
-from slurm_lab import RELEASES, TEST_RELEASES, LabError, SlurmLab
+from slurm_lab import RELEASES, TEST_RELEASES, SlurmLab
+from toolbox import LabError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     SUPPORTED_API_VERSIONS,
 )
 

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
 from docker_engine import DockerEngine
-from slurm_lab import LabError
+from toolbox import LabError
 
 
 class SessionEngine(DockerEngine):

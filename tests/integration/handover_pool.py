@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from ansible_runner import LAB_INVENTORY, REPO, run_playbook, run_task
 from k8s_lab import K8sLab
-from slurm_lab import wait_until
 from slurm_pods import REST_ADDRESS, SlinkyRest
+from toolbox import wait_until
 
 LENDABLE = ("int01", "int02")
 APPS = "jupyterhub"

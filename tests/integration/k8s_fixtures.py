@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
 from ansible_runner import LAB_INVENTORY, SITE, run_playbook
 from k8s_lab import K8sLab
-from slurm_lab import LabError, wait_until
 from slurm_pods import SlinkyRest
+from toolbox import LabError, wait_until
 
 SLURM_DEADLINE_S = 90.0
 

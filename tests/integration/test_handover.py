@@ -28,7 +28,7 @@ from ansible_runner import (
     ansible_env,
 )
 from handover_pool import FAULT_EXIT, LENDABLE, PLAYBOOKS, POLICY, Pool
-from slurm_lab import wait_until
+from toolbox import wait_until
 
 pytest_plugins = ["k8s_fixtures", "handover_pool"]
 pytestmark = pytest.mark.integration

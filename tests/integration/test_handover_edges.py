@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from handover_pool import JOURNAL, MERGE, POLICY, Pool
 from k8s_lab import NODES
-from slurm_lab import wait_until
 from slurm_pods import REST_ADDRESS
+from toolbox import wait_until
 
 pytest_plugins = ["k8s_fixtures", "handover_pool"]
 pytestmark = pytest.mark.integration

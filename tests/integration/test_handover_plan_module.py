@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from ansible_runner import run_task
 from k8s_lab import K8sLab
-from slurm_lab import wait_until
 from slurm_pods import REST_ADDRESS, SlinkyRest
+from toolbox import wait_until
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration

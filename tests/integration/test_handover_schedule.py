@@ -39,10 +39,10 @@ from grafana_schema import dashboard_errors
 from handover_pool import APPS, PLAYBOOKS, POLICY, Pool
 from k8s_lab import K8sLab
 from prometheus_client.parser import text_string_to_metric_families
-from slurm_lab import wait_until
 from slurm_pods import REST_ADDRESS
+from toolbox import wait_until
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_report import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report import (
     metrics_text,
     run_summary,
 )

@@ -31,7 +31,7 @@ import k8s_binaries
 import kind_images
 from docker_engine import firewall_snapshot
 from docker_fixtures import SessionEngine
-from slurm_lab import LabError
+from toolbox import LabError
 
 REPO = Path(__file__).resolve().parents[2]
 MOLECULE_TIMEOUT_S = 40 * 60

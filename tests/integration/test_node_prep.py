@@ -38,7 +38,7 @@ from ansible_runner import REPO, SITE, PlaybookRun, run_playbook
 from docker_fixtures import SessionEngine
 from k8s_lab import K8sLab
 from kind_images import docker
-from slurm_lab import LabError
+from toolbox import LabError
 
 pytest_plugins = ["k8s_fixtures", "docker_fixtures"]
 

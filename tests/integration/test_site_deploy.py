@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
 from pod_runner import OPERATOR_HEALTH_ADDR
-from slurm_lab import wait_until
 from slurm_pods import SlinkyRest, running_pod
+from toolbox import wait_until
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration

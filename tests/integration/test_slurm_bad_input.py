@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from ansible_runner import run_task
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import mint_token
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import mint_token
 
 pytestmark = pytest.mark.integration
 

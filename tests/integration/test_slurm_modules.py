@@ -15,7 +15,7 @@ import pytest
 import yaml
 from ansible_runner import inventory_list, run_task
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmrestd import (
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     SUPPORTED_API_VERSIONS,
 )
 

@@ -35,11 +35,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurm_lab import LabError
-from slurm_lab import sh as run
+from toolbox import CACHE_DIR, LabError, logger, pid_exe, read_json, run_cli
+from toolbox import RUN_DIR as LAB_RUN_DIR
+from toolbox import sh as run
 
-CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
-RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "docker"
+RUN_DIR = LAB_RUN_DIR / "docker"
 DATA_ROOT = CACHE_DIR / "docker"
 SOCKET = Path("/var/run/docker.sock")
 RUNTIME_NAME = "hpcops-capbnd"
@@ -55,8 +55,7 @@ LAB_INTERFACES = "hpl+"
 DOCKERD_RULE = re.compile(r"DOCKER|\bdocker0\b|\bbr-[0-9a-f]{12}\b")
 
 
-def log(message: str) -> None:
-    print(f"[docker-engine] {message}", file=sys.stderr, flush=True)
+log = logger("docker-engine")
 
 
 def rules(tool: str) -> list[str]:
@@ -100,22 +99,15 @@ class DockerEngine:
     log_path = RUN_DIR / "dockerd.log"
 
     def state(self) -> dict[str, object]:
-        try:
-            loaded: dict[str, object] = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return loaded
+        return read_json(self.state_path)
 
     def pid(self) -> int | None:
         try:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
-        try:
-            exe = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
-            return None
-        return pid if exe.endswith("dockerd") else None
+        exe = pid_exe(pid)
+        return pid if exe is not None and exe.endswith("dockerd") else None
 
     def answering(self) -> bool:
         return (
@@ -302,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=("up", "down", "status"))
     args = parser.parse_args(argv)
     engine = DockerEngine()
-    try:
+
+    def command() -> int:
         if args.command == "up":
             engine.up()
         elif args.command == "down":
@@ -311,10 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = engine.status()
             print(json.dumps(status, indent=2))
             return 0 if status["answering"] else 1
-    except (LabError, OSError) as err:
-        print(f"docker_engine: {err}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_cli("docker_engine", command, (LabError, OSError))
 
 
 if __name__ == "__main__":

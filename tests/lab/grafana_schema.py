@@ -22,7 +22,7 @@ import typing as t
 from pathlib import Path
 
 import jsonschema
-from k8s_binaries import CACHE_DIR
+from toolbox import CACHE_DIR
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "grafana-schema"
 TYPES = "node_modules/@grafana/schema/dist/types/raw/dashboard/x/types.gen.d.ts"

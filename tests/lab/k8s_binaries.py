@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -40,14 +39,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_lab import LabError, debian_mirror
+from toolbox import CACHE_DIR, LabError, debian_mirror, file_lock, logger, read_json, run_cli
 
-CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
 BIN_DIR = CACHE_DIR / "bin"
 GO_DIR = CACHE_DIR / "go"
 APT_DIR = CACHE_DIR / "apt-forky"
@@ -85,8 +83,7 @@ ETCD_SUITE = "forky"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 
-def log(message: str) -> None:
-    print(f"[k8s-binaries] {message}", file=sys.stderr, flush=True)
+log = logger("k8s-binaries")
 
 
 @dataclass(frozen=True)
@@ -770,13 +767,9 @@ def check_binary(binary: Binary, path: Path) -> str:
     return next(line.strip() for line in output.splitlines() if binary.expect in line)
 
 
-@contextlib.contextmanager
-def build_lock() -> Iterator[None]:
+def build_lock() -> contextlib.AbstractContextManager[None]:
     """One build at a time per cache (make and pytest may both ask for the binaries)."""
-    BIN_DIR.mkdir(parents=True, exist_ok=True)
-    with (BIN_DIR / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return file_lock(BIN_DIR)
 
 
 def build_one(binary: Binary) -> float:
@@ -810,11 +803,7 @@ def record_build_time(name: str, seconds: float, path: Path = BUILD_TIMES) -> No
 
 
 def load_build_times(path: Path = BUILD_TIMES) -> dict[str, float]:
-    try:
-        times: dict[str, float] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return times
+    return read_json(path)
 
 
 def format_duration(seconds: float) -> str:
@@ -871,11 +860,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only", action="append", choices=list(BINARIES), help="build: just this one (repeatable)"
     )
     args = parser.parse_args(argv)
-    try:
-        return cmd_build(args) if args.command == "build" else cmd_list(args)
-    except (LabError, OSError, subprocess.SubprocessError) as err:
-        print(f"k8s_binaries: {err}", file=sys.stderr)
-        return 1
+    command = cmd_build if args.command == "build" else cmd_list
+    return run_cli("k8s_binaries", lambda: command(args))
 
 
 if __name__ == "__main__":

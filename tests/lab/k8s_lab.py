@@ -53,7 +53,6 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,19 +61,27 @@ from typing import Any
 
 import k8s_binaries
 from k8s_binaries import KUBERNETES_VERSION
-from slurm_lab import (
+from slurm_lab import ensure_chroot
+from slurm_pods import SLINKY_RELEASE, SlinkyCluster
+from toolbox import (
     CACHE_DIR,
     LabError,
     RunDirState,
-    ensure_chroot,
+    health,
+    http_json,
     is_zombie,
+    logger,
+    pid_exe,
     port_free,
+    print_env,
+    run_cli,
     stop_pids,
+    undone_on_failure,
     wait_until,
 )
-from slurm_pods import SLINKY_RELEASE, SlinkyCluster
+from toolbox import RUN_DIR as LAB_RUN_DIR
 
-RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab")) / "k8s"
+RUN_DIR = LAB_RUN_DIR / "k8s"
 REPO_LAB_DIR = Path(__file__).resolve().parents[2] / ".lab"
 KUBECONFIG_PATH = REPO_LAB_DIR / "kubeconfig"
 CLIENT_BIN_DIR = REPO_LAB_DIR / "bin"
@@ -141,8 +148,7 @@ COMPONENT_USERS = {
 }
 
 
-def log(message: str) -> None:
-    print(f"[k8s-lab] {message}", file=sys.stderr, flush=True)
+log = logger("k8s-lab")
 
 
 class ComponentExited(LabError):
@@ -307,13 +313,6 @@ def write_private(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def pid_exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-
-
 def pid_runs(pid: int | None, exe: Path) -> bool:
     """Whether pid is a live process of exe (not a recycled pid of another program)."""
     if pid is None:
@@ -412,18 +411,9 @@ class K8sLab(RunDirState):
             req.add_header("Content-Type", content_type)
         try:
             context = ssl.create_default_context(cafile=str(self.ca_path))
-            # The URL is always https://127.0.0.1:<port>/... built above.
-            with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            status, raw = err.code, err.read()
-        except OSError as err:  # no CA file, refused, timeout, certificate (ssl.SSLError)
+        except OSError as err:  # no CA file: the lab is not up
             raise LabError(f"{method} {self.url}{path}: {err}") from None
-        text = raw.decode(errors="replace")
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
+        return http_json(req, timeout, context)
 
     def get(self, path: str) -> dict[str, Any]:
         """GET as admin: the body, or LabError unless HTTP 200."""
@@ -561,6 +551,12 @@ class K8sLab(RunDirState):
                     # The pod runner's Slurm pods live in this cache's chroot, where `down`
                     # looks for what to stop.
                     "HPCOPS_LAB_CACHE": str(CACHE_DIR),
+                    # The pod runner picks the operator binary of the release under test.
+                    **{
+                        name: value
+                        for name, value in os.environ.items()
+                        if name.startswith("HPCOPS_LAB_SLINKY_")
+                    },
                 },
                 start_new_session=True,
             )
@@ -594,15 +590,12 @@ class K8sLab(RunDirState):
             port_free(HOST, port)
         started = time.monotonic()
         log(f"starting Kubernetes {KUBERNETES_VERSION} lab...")
-        try:
+        with undone_on_failure(lambda: self.down(quiet=True)):
             self.prepare_run_dir()
             self.start_control_plane()
             self.create_nodes()
             self.install_keda_crds()
             self.wait_ready(NODES_DEADLINE_S)
-        except BaseException:
-            self.down(quiet=True)
-            raise
         self.write_client_files()
         log(
             f"Kubernetes lab up in {time.monotonic() - started:.1f} s at {self.url}; "
@@ -815,8 +808,7 @@ def cmd_status(lab: K8sLab, args: argparse.Namespace) -> int:
 
 
 def print_status(report: dict[str, Any]) -> None:
-    health = "healthy" if report["healthy"] else ("DEGRADED" if report["up"] else "down")
-    print(f"Kubernetes {report['kubernetes_version']} lab: {health}")
+    print(f"Kubernetes {report['kubernetes_version']} lab: {health(report)}")
     if not report["up"]:
         return
     print(f"  API         {report['url']}  KUBECONFIG={report['kubeconfig']}")
@@ -839,12 +831,9 @@ def cmd_env(lab: K8sLab, args: argparse.Namespace) -> int:
         "K8S_LAB_VERSION": KUBERNETES_VERSION,
         "K8S_LAB_BIN": str(CLIENT_BIN_DIR),
     }
-    if args.json:
-        print(json.dumps(values, indent=2))
-        return 0
-    for key, value in values.items():
-        print(f"export {key}='{value}'")
-    print(f'export PATH="{CLIENT_BIN_DIR}:$PATH"')
+    print_env(values, args)
+    if not args.json:
+        print(f'export PATH="{CLIENT_BIN_DIR}:$PATH"')
     return 0
 
 
@@ -858,11 +847,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--json", action="store_true", help="status/env: print JSON")
     args = parser.parse_args(argv)
-    try:
-        return COMMANDS[args.command](K8sLab(), args)
-    except (LabError, OSError, subprocess.SubprocessError) as err:
-        print(f"k8s_lab: {err}", file=sys.stderr)
-        return 1
+    return run_cli("k8s_lab", lambda: COMMANDS[args.command](K8sLab(), args))
 
 
 if __name__ == "__main__":

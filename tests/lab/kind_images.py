@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import shutil
@@ -43,15 +42,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import k8s_binaries
 from docker_engine import DOCKER
-from slurm_lab import LabError, debian_mirror, remove_tree, run_logged, sh
+from toolbox import CACHE_DIR as LAB_CACHE_DIR
+from toolbox import (
+    LabError,
+    debian_mirror,
+    file_lock,
+    logger,
+    replace_tree,
+    run_cli,
+    run_logged,
+    sh,
+)
+from toolbox import apt_install as apt_install_in
+from toolbox import debootstrap as debootstrap_minbase
 
-CACHE_DIR = k8s_binaries.CACHE_DIR / "kind"
+CACHE_DIR = LAB_CACHE_DIR / "kind"
 ROOTS_DIR = CACHE_DIR / "roots"
 LOG_DIR = CACHE_DIR / "logs"
 BUILD_TIMES = CACHE_DIR / "build-times.json"
@@ -138,8 +149,7 @@ KIND_FILES = {
 }
 
 
-def log(message: str) -> None:
-    print(f"[kind-images] {message}", file=sys.stderr, flush=True)
+log = logger("kind-images")
 
 
 # --------------------------------------------------------------------------------------
@@ -148,19 +158,15 @@ def log(message: str) -> None:
 
 
 def debootstrap(suite: str, target: Path, log_path: Path, include: Sequence[str] = ()) -> None:
-    cmd = ["debootstrap", "--variant=minbase"]
-    if include:
-        cmd.append("--include=" + ",".join(include))
-    cmd += [suite, str(target), debian_mirror()]
-    if not Path(f"/usr/share/debootstrap/scripts/{suite}").exists():
-        cmd.append("/usr/share/debootstrap/scripts/sid")  # the host's debootstrap predates forky
-    run_logged(cmd, log_path)
-    # Testing suites may serve a Release file past its Valid-Until date.
-    (target / "etc/apt/apt.conf.d/99hpcops").write_text('Acquire::Check-Valid-Until "false";\n')
-    # Package scripts must not start daemons while the root is built.
-    policy = target / "usr/sbin/policy-rc.d"
-    policy.write_text("#!/bin/sh\nexit 101\n")
-    policy.chmod(0o755)
+    known = Path(f"/usr/share/debootstrap/scripts/{suite}").exists()
+    debootstrap_minbase(
+        suite,
+        target,
+        log_path,
+        mirror=debian_mirror(),
+        script=None if known else "sid",  # the host's debootstrap predates forky
+        include=include,
+    )
 
 
 def in_root(root: Path, log_path: Path, *cmd: str) -> None:
@@ -168,9 +174,7 @@ def in_root(root: Path, log_path: Path, *cmd: str) -> None:
 
 
 def apt_install(root: Path, log_path: Path, packages: Sequence[str]) -> None:
-    in_root(root, log_path, "apt-get", "-q", "-y", "update")
-    in_root(root, log_path, "apt-get", "-q", "-y", "install", "--no-install-recommends", *packages)
-    in_root(root, log_path, "apt-get", "clean")
+    apt_install_in(root, log_path, packages)
     shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
     (root / "var/lib/apt/lists/partial").mkdir(parents=True)
 
@@ -186,16 +190,7 @@ def cached_root(name: str, recipe: str, build: Callable[[Path, Path], None]) -> 
     log_path = LOG_DIR / f"root-{name}.log"
     log_path.unlink(missing_ok=True)
     log(f"  root filesystem {name} (log: {log_path})")
-    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=ROOTS_DIR))
-    scratch.chmod(0o755)
-    try:
-        build(scratch, log_path)
-        if root.exists():
-            remove_tree(root)
-        scratch.rename(root)
-    except BaseException:
-        remove_tree(scratch)
-        raise
+    replace_tree(root, lambda scratch: build(scratch, log_path))
     stamp.write_text(recipe)
     return root
 
@@ -640,13 +635,9 @@ def prepare() -> float:
     return time.monotonic() - started
 
 
-@contextlib.contextmanager
-def build_lock() -> Iterator[None]:
+def build_lock() -> contextlib.AbstractContextManager[None]:
     """One image build at a time per cache (make and pytest may both ask)."""
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with (CACHE_DIR / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return file_lock(CACHE_DIR)
 
 
 def ensure(keys: Sequence[str] | None = None) -> dict[str, str]:
@@ -670,55 +661,50 @@ def ensure(keys: Sequence[str] | None = None) -> dict[str, str]:
     return refs
 
 
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """One command of the CLI; its exit code."""
+    if args.command == "prepare":
+        log(f"binaries and root filesystems ready in {k8s_binaries.format_duration(prepare())}")
+        return 0
+    if args.command == "build":
+        refs = ensure(args.only)
+        for key, ref in refs.items():
+            print(f"{key:<24}{ref}")
+        if not args.only:
+            log(
+                f"staged the binaries, charts and image list for the kind inventory in {stage_checkout(refs)}"
+            )
+        return 0
+    if args.command == "list":
+        missing = 0
+        times = k8s_binaries.load_build_times(BUILD_TIMES)
+        for key, image in catalogue().items():
+            # The Slurm tag comes from the root filesystem, which list never builds.
+            built_root = (ROOTS_DIR / f"{SLURM_SUITE}-slurm").exists()
+            ref = resolve_ref(image) if built_root or "{slurm}" not in image.ref else image.ref
+            label = built_recipe(ref)
+            state = "current" if label and label == replace(image, ref=ref).recipe() else "MISSING"
+            missing += state != "current"
+            took = f" (built in {k8s_binaries.format_duration(times[key])})" if key in times else ""
+            print(f"{key:<24}{state:<9}{ref}{took}")
+        return 1 if missing else 0
+    if not args.registry:
+        parser.error("push needs the registry")
+    for key, ref in ensure().items():
+        target = f"{args.registry}/{ref.split('/', 1)[1]}"
+        docker("tag", ref, target)
+        docker("push", target)
+        print(f"{key:<24}{target}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Images of the kind scenarios, built here.")
     parser.add_argument("command", choices=("prepare", "build", "list", "push"))
     parser.add_argument("registry", nargs="?", help="push: the mirror, e.g. registry.site:5000")
     parser.add_argument("--only", action="append", help="build: just this image (repeatable)")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "prepare":
-            log(f"binaries and root filesystems ready in {k8s_binaries.format_duration(prepare())}")
-            return 0
-        if args.command == "build":
-            refs = ensure(args.only)
-            for key, ref in refs.items():
-                print(f"{key:<24}{ref}")
-            if not args.only:
-                log(
-                    f"staged the binaries, charts and image list for the kind inventory in {stage_checkout(refs)}"
-                )
-            return 0
-        if args.command == "list":
-            missing = 0
-            times = k8s_binaries.load_build_times(BUILD_TIMES)
-            for key, image in catalogue().items():
-                # The Slurm tag comes from the root filesystem, which list never builds.
-                built_root = (ROOTS_DIR / f"{SLURM_SUITE}-slurm").exists()
-                ref = resolve_ref(image) if built_root or "{slurm}" not in image.ref else image.ref
-                label = built_recipe(ref)
-                state = (
-                    "current" if label and label == replace(image, ref=ref).recipe() else "MISSING"
-                )
-                missing += state != "current"
-                took = (
-                    f" (built in {k8s_binaries.format_duration(times[key])})"
-                    if key in times
-                    else ""
-                )
-                print(f"{key:<24}{state:<9}{ref}{took}")
-            return 1 if missing else 0
-        if not args.registry:
-            parser.error("push needs the registry")
-        for key, ref in ensure().items():
-            target = f"{args.registry}/{ref.split('/', 1)[1]}"
-            docker("tag", ref, target)
-            docker("push", target)
-            print(f"{key:<24}{target}")
-        return 0
-    except (LabError, OSError, subprocess.SubprocessError) as err:
-        print(f"kind_images: {err}", file=sys.stderr)
-        return 1
+    return run_cli("kind_images", lambda: run(args, parser))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import kind_images
 from kind_images import Image, cached_root, copy_root, debootstrap, docker, root_recipe
-from slurm_lab import LabError, run_logged, wait_until
+from toolbox import LabError, run_cli, run_logged, wait_until
 
 # Debian release by suite; bookworm's systemd 252 and trixie's 257 run as PID 1 on a
 # cgroup v1 host (forky's 262 does not: lab.md).
@@ -136,13 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for suite in SUITES:
             print(image_ref(suite))
         return 0
-    try:
+
+    def build() -> int:
         for suite, ref in ensure().items():
             print(f"{suite}: {ref}")
-    except LabError as err:
-        print(f"node_hosts: {err}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_cli("node_hosts", build, (LabError,))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import k8s_binaries
-from slurm_lab import LabError
 from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name
+from toolbox import LabError
 
 POLL_S = 1.0
 # How often mounted ConfigMaps and Secrets are compared with the apiserver's (the chart's

@@ -28,15 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slurm_lab import (
-    RELEASES,
-    STATIC_NODES,
-    TEST_RELEASES,
-    LabError,
-    SlurmLab,
-    mint_token,
-    wait_until,
-)
+from slurm_lab import RELEASES, STATIC_NODES, TEST_RELEASES, SlurmLab, lab_jwt
+from toolbox import LabError, run_cli, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "slurmrestd"
 DRAIN_REASON = "hpcops: reclaim test"
@@ -44,7 +37,7 @@ MCS_LABEL = "tenantA"
 RESERVATION = "hpcops-maint"
 MISSING_NODE = "cpu99"
 # A well-formed token signed with a key the lab does not use.
-WRONG_TOKEN = mint_token(b"hpcops lab: not the cluster key!", "root")
+WRONG_TOKEN = lab_jwt(b"hpcops lab: not the cluster key!", "root")
 JWT_PATTERN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
@@ -184,13 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release", choices=[*RELEASES, "all"], default="all")
     args = parser.parse_args(argv)
     releases = TEST_RELEASES if args.release == "all" else [args.release]
-    try:
+
+    def record() -> int:
         for release in releases:
             record_release(SlurmLab(release))
-    except LabError as err:
-        print(f"record_slurmrestd: {err}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_cli("record_slurmrestd", record, (LabError,))
 
 
 if __name__ == "__main__":

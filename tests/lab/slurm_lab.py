@@ -44,7 +44,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import ctypes
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -52,21 +52,50 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
-RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab"))
+from toolbox import (
+    CACHE_DIR,
+    RUN_DIR,
+    LabError,
+    RunDirState,
+    add_bridge,
+    add_netns_on_bridge,
+    apt_install,
+    bind_mount,
+    chroot_setup,
+    chroot_user,
+    debian_mirror,
+    debootstrap,
+    health,
+    http_json,
+    in_chroot,
+    links_with_prefix,
+    logger,
+    mounts_under,
+    netns_with_prefix,
+    pid_alive,
+    pids_in_chroot,
+    port_free,
+    print_env,
+    remove_network,
+    replace_tree,
+    run_cli,
+    run_logged,
+    sh,
+    stop_pids,
+    undone_on_failure,
+    unmount_under,
+    wait_until,
+)
 
 CHROOT_PACKAGES = ("slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
 # Dedicated slurmrestd user, then two ordinary users for job-ownership and MCS tests.
@@ -93,16 +122,6 @@ UP_DEADLINE_S = 90.0
 
 EXIT_DOWN = 3
 EXIT_DEGRADED = 1
-
-T = TypeVar("T")
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWNET = 0x40000000
-
-
-class LabError(Exception):
-    """A lab operation failed; the message says what to look at."""
 
 
 @dataclass(frozen=True)
@@ -140,19 +159,20 @@ class Release:
         return f"{self.subnet}.{host}"
 
 
+SLURM_2605 = Release(
+    name="26.05",
+    suite="forky",
+    # The host's debootstrap has no forky script; sid's works for it.
+    debootstrap_script="sid",
+    subnet="198.18.26",
+    ctld_port=16817,
+    slurmd_port=16818,
+    rest_port=16820,
+    dynamic_nodes=True,
+    api_versions=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+)
 RELEASES: dict[str, Release] = {
-    "26.05": Release(
-        name="26.05",
-        suite="forky",
-        # The host's debootstrap has no forky script; sid's works for it.
-        debootstrap_script="sid",
-        subnet="198.18.26",
-        ctld_port=16817,
-        slurmd_port=16818,
-        rest_port=16820,
-        dynamic_nodes=True,
-        api_versions=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
-    ),
+    "26.05": SLURM_2605,
     "24.11": Release(
         name="24.11",
         suite="trixie",
@@ -165,16 +185,14 @@ RELEASES: dict[str, Release] = {
         api_versions=("v0.0.40", "v0.0.41", "v0.0.42"),
     ),
     # Slurm 26.05 with 2,000 extra node records and room for 20,000 jobs (benchmarks/).
-    "scale": Release(
+    "scale": dataclasses.replace(
+        SLURM_2605,
         name="scale",
-        suite="forky",
-        debootstrap_script="sid",
         subnet="198.18.27",
         ctld_port=17817,
         slurmd_port=17818,
         rest_port=17820,
         dynamic_nodes=False,
-        api_versions=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
         scale_nodes=2000,
         max_job_count=20000,
         in_test_matrix=False,
@@ -182,46 +200,12 @@ RELEASES: dict[str, Release] = {
 }
 TEST_RELEASES = [name for name, release in RELEASES.items() if release.in_test_matrix]
 
-
-def log(message: str) -> None:
-    print(f"[slurm-lab] {message}", file=sys.stderr, flush=True)
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a host command, failing with its stderr in the message."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc
+log = logger("slurm-lab")
 
 
 # --------------------------------------------------------------------------------------
 # Chroot
 # --------------------------------------------------------------------------------------
-
-
-def debian_mirror() -> str:
-    """The first non-security mirror URI of the host's apt sources."""
-    override = os.environ.get("HPCOPS_LAB_MIRROR")
-    if override:
-        return override
-    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
-        for stanza in path.read_text().split("\n\n"):
-            fields: dict[str, str] = {}
-            for line in stanza.splitlines():
-                key, sep, value = line.partition(":")
-                if sep and not line.startswith("#"):
-                    fields[key.strip()] = value.strip()
-            uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
-            if uris and suites and not any(s.endswith("-security") for s in suites):
-                return uris[0]
-    sources_list = Path("/etc/apt/sources.list")
-    if sources_list.exists():
-        for line in sources_list.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == "deb" and "security" not in parts[2]:
-                return parts[1]
-    raise LabError("no Debian mirror in the host's apt sources; set HPCOPS_LAB_MIRROR")
 
 
 def wanted_stamp(release: Release) -> dict[str, Any]:
@@ -258,10 +242,9 @@ def ensure_chroot(release: Release) -> Path:
     log(f"preparing the {release.suite} chroot for Slurm {release.name} (up to 1 min)...")
     started = time.monotonic()
     root.parent.mkdir(parents=True, exist_ok=True)
-    build_dir = Path(tempfile.mkdtemp(prefix=f".{release.suite}-", dir=root.parent))
-    build_dir.chmod(0o755)  # it becomes "/" for the slurm and job users
     sibling = root.parent / release.suite
-    try:
+
+    def build(build_dir: Path) -> None:
         if sibling != root and chroot_is_current(sibling, release):
             # Same suite and recipe: a copy takes seconds, debootstrap a minute. A running lab
             # has proc, sysfs and tmpfs mounted in it; --one-file-system leaves those out.
@@ -281,12 +264,8 @@ def ensure_chroot(release: Release) -> Path:
                     copied.write_bytes(b"")
         else:
             build_chroot(build_dir, release)
-        if root.exists():
-            remove_tree(root)
-        build_dir.rename(root)
-    except BaseException:
-        remove_tree(build_dir)
-        raise
+
+    replace_tree(root, build)
     log(f"{release.suite} chroot ready in {time.monotonic() - started:.0f} s: {root}")
     return root
 
@@ -295,24 +274,17 @@ def build_chroot(target: Path, release: Release) -> None:
     mirror = debian_mirror()
     build_log = target.parent / f"{release.suite}.build.log"
     build_log.unlink(missing_ok=True)
-    cmd = ["debootstrap", "--variant=minbase", release.suite, str(target), mirror]
-    if release.debootstrap_script:
-        cmd.append(f"/usr/share/debootstrap/scripts/{release.debootstrap_script}")
     log(f"  debootstrap {release.suite} from {mirror} (log: {build_log})")
-    run_logged(cmd, build_log)
-
-    # Mirrors of testing suites may serve a Release file past its Valid-Until date.
-    (target / "etc/apt/apt.conf.d/99hpcops-lab").write_text('Acquire::Check-Valid-Until "false";\n')
-    # Package scripts must not try to start daemons in the chroot.
-    policy = target / "usr/sbin/policy-rc.d"
-    policy.write_text("#!/bin/sh\nexit 101\n")
-    policy.chmod(0o755)
-
+    debootstrap(
+        release.suite,
+        target,
+        build_log,
+        mirror=mirror,
+        script=release.debootstrap_script,
+        apt_conf="99hpcops-lab",
+    )
     log(f"  installing {' '.join(CHROOT_PACKAGES)}")
-    apt = ["chroot", str(target), "apt-get", "-q", "-y"]
-    run_logged([*apt, "update"], build_log)
-    run_logged([*apt, "install", "--no-install-recommends", *CHROOT_PACKAGES], build_log)
-    run_logged([*apt, "clean"], build_log)
+    apt_install(target, build_log, CHROOT_PACKAGES)
 
     useradd = ["chroot", str(target), "useradd", "--user-group", "--shell", "/bin/sh"]
     run_logged([*useradd, "--system", "--no-create-home", REST_USER], build_log)
@@ -344,242 +316,41 @@ def build_chroot(target: Path, release: Release) -> None:
     (target / STAMP_PATH).write_text(json.dumps(stamp, indent=2) + "\n")
 
 
-def run_logged(cmd: Sequence[str], log_path: Path) -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-    with log_path.open("a") as out:
-        out.write(f"$ {' '.join(cmd)}\n")
-        out.flush()
-        code = subprocess.run(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False
-        ).returncode
-    if code != 0:
-        raise LabError(f"{' '.join(cmd[:4])}... failed ({code}); see {log_path}")
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a chroot tree, never descending into something still mounted there."""
-    unmount_under(path)
-    if mounts_under(path):
-        raise LabError(f"refusing to delete {path}: still mounted: {mounts_under(path)}")
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def chroot_user(root: Path, name: str) -> tuple[int, int]:
-    for line in (root / "etc/passwd").read_text().splitlines():
-        fields = line.split(":")
-        if fields[0] == name:
-            return int(fields[2]), int(fields[3])
-    raise LabError(f"user {name} does not exist in {root}")
-
-
 # --------------------------------------------------------------------------------------
 # Mounts, namespaces, processes
 # --------------------------------------------------------------------------------------
 
 
-def mounts_under(root: Path) -> list[str]:
-    """Mount points at or below root, deepest first."""
-    prefix = str(root).rstrip("/") + "/"
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].replace("\\040", " ")
-        if point == str(root) or point.startswith(prefix):
-            points.append(point)
-    return sorted(points, key=lambda p: p.count("/"), reverse=True)
-
-
-def unmount_under(root: Path) -> None:
-    for point in mounts_under(root):
-        if sh("umount", point, check=False).returncode != 0:
-            # Last resort: detach, so a straggler cannot keep the lab half mounted.
-            sh("umount", "--lazy", point, check=False)
-
-
-def bind_mount(source: Path, target: Path, read_only: bool = False) -> None:
-    sh("mount", "--bind", str(source), str(target))
-    if read_only:
-        sh("mount", "-o", "remount,bind,ro", str(target))
-
-
 def lab_netns(release: Release) -> list[str]:
-    names = sh("ip", "netns", "list").stdout.split("\n")
-    return [line.split()[0] for line in names if line.startswith(f"{release.prefix}-")]
-
-
-def port_free(host: str, port: int) -> None:
-    """LabError when something else already listens where the lab wants to."""
-    with socket.socket() as sock:
-        # Without SO_REUSEADDR a port in TIME_WAIT from the previous lab would look taken.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            raise LabError(f"{host}:{port} is in use by another program: {err}") from None
+    """The network namespaces of the release's cluster."""
+    return netns_with_prefix(f"{release.prefix}-")
 
 
 def lab_links(release: Release) -> list[str]:
     """The lab's bridge and the host ends of its veth pairs."""
-    return sorted(
-        p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(release.prefix)
-    )
+    return links_with_prefix(release.prefix)
 
 
-LIBC = ctypes.CDLL(None, use_errno=True)
+def remove_lab_network(release: Release) -> None:
+    """Every namespace, veth and bridge of the release's cluster."""
+    remove_network(lab_netns(release), lab_links(release))
 
 
-def checked(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-MS_RDONLY = 0x1
-MS_REMOUNT = 0x20
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_PRIVATE = 0x40000
-LIBC.mount.argtypes = [
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_ulong,
-    ctypes.c_void_p,
-]
-
-
-@dataclass(frozen=True)
-class Mount:
-    """One mount of a pod process: a source on the host (or a file system type) at a path."""
-
-    target: str  # path inside the chroot
-    source: str = ""  # host path for bind mounts
-    fstype: str = ""  # proc, sysfs, tmpfs
-    read_only: bool = False
-    recursive: bool = False
-
-
-def mount_in(root: Path, mount: Mount) -> None:
-    path = root / mount.target.lstrip("/")
-    if mount.fstype or Path(mount.source).is_dir():
-        # Below an earlier mount of this pod (a tmpfs, a volume) the mount point is new.
-        path.mkdir(parents=True, exist_ok=True)
-    target = str(path).encode()
-    if mount.fstype:
-        flags = MS_RDONLY if mount.read_only else 0
-        src = mount.fstype.encode()
-        checked(LIBC.mount(src, target, src, flags, None), f"mount {mount.fstype}")
-        return
-    flags = MS_BIND | (MS_REC if mount.recursive else 0)
-    checked(LIBC.mount(mount.source.encode(), target, None, flags, None), f"bind {mount.target}")
-    if mount.read_only:
-        checked(
-            LIBC.mount(None, target, None, MS_BIND | MS_RDONLY | MS_REMOUNT, None),
-            f"read-only {mount.target}",
-        )
-
-
-def chroot_setup(
-    root: Path,
-    netns: str | None = None,
-    hostname: str | None = None,
-    ids: tuple[int, int] | None = None,
-    mounts: Sequence[Mount] = (),
-) -> Callable[[], None]:
-    """A preexec function: enter a network namespace, own UTS namespace, with mounts a
-    private mount namespace holding them, chroot, drop to a user."""
-
-    def setup() -> None:
-        if netns:
-            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            checked(LIBC.setns(fd, CLONE_NEWNET), "setns")
-            os.close(fd)
-        if hostname or mounts:
-            flags = (CLONE_NEWUTS if hostname else 0) | (CLONE_NEWNS if mounts else 0)
-            checked(LIBC.unshare(flags), "unshare")
-        if mounts:
-            # Nothing mounted here may show in the host's namespace (or other processes').
-            checked(LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make-rprivate")
-            for mount in mounts:
-                mount_in(root, mount)
-        if hostname:
-            socket.sethostname(hostname)
-        os.chroot(root)
-        os.chdir("/")
-        if ids:
-            os.setgroups([])
-            os.setgid(ids[1])
-            os.setuid(ids[0])
-
-    return setup
-
-
-def pid_root(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/root")
-    except OSError:
-        return None
-
-
-def pids_in_chroot(root: Path) -> list[int]:
-    """Every process whose root directory is the chroot (daemons, slurmstepd, job steps)."""
-    return [
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and pid_root(int(p.name)) == str(root)
-    ]
-
-
-def pid_alive(pid: int | None, root: Path) -> bool:
-    return pid is not None and pid_root(pid) == str(root) and not is_zombie(pid)
-
-
-def is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
-def stop_pids(pids: Sequence[int], running: Callable[[int], bool], grace_s: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after grace_s, each pid that `running` says is still ours."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        alive = [pid for pid in pids if running(pid)]
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while any(running(pid) for pid in alive) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in alive:
-            reap(pid)
-
-
-def in_chroot(root: Path) -> Callable[[int], bool]:
-    """The liveness test for processes of one lab: alive and rooted in its chroot."""
-    return lambda pid: pid_alive(pid, root)
-
-
-def reap(pid: int) -> None:
-    """Collect a daemon this process started and stopped, so it does not linger as a zombie."""
-    with contextlib.suppress(ChildProcessError):  # not our child: PID 1 reaps it
-        os.waitpid(pid, os.WNOHANG)
-
-
-def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll probe until it returns something truthy; LabError after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise LabError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.3)
+def lab_leftovers(root: Path, release: Release, **more: list[Any]) -> dict[str, list[Any]]:
+    """What still runs in the chroot and what is left of the cluster's network (and more);
+    only what is not empty."""
+    found: dict[str, list[Any]] = {
+        "processes": pids_in_chroot(root),
+        **more,
+        "netns": lab_netns(release),
+        "links": lab_links(release),
+    }
+    return {key: value for key, value in found.items() if value}
 
 
 # --------------------------------------------------------------------------------------
-# JWT
+# The lab's own JWTs and REST calls: an oracle independent of the collection's client
+# (plugins/module_utils/_slurm/rest.py), so a test never checks that client with itself.
 # --------------------------------------------------------------------------------------
 
 
@@ -587,7 +358,7 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def mint_token(key: bytes, user: str, lifespan_s: int = 600) -> str:
+def lab_jwt(key: bytes, user: str, lifespan_s: int = 600) -> str:
     """An HS256 JWT as Slurm's auth/jwt expects: claims sun, iat, exp; raw key bytes as secret."""
     now = int(time.time())
     header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
@@ -707,32 +478,10 @@ def hosts_file(release: Release) -> str:
 # --------------------------------------------------------------------------------------
 
 
-class RunDirState:
-    """A lab's runtime directory: state.json (pids, commands, tokens) and one log per process."""
-
-    run_dir: Path
-
-    @property
-    def state_path(self) -> Path:
-        return self.run_dir / "state.json"
-
-    def log_path(self, process: str) -> Path:
-        return self.run_dir / "log" / f"{process}.log"
-
-    def load_state(self) -> dict[str, Any]:
-        try:
-            state: dict[str, Any] = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return state
-
-    def save_state(self, state: dict[str, Any]) -> None:
-        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
-
-
-class SlurmRestClient:
-    """HTTP calls to one slurmrestd with JWTs the caller mints (`url` and `token` come from
-    the class using it)."""
+class LabRestOracle:
+    """The lab's own HTTP calls to one slurmrestd, with JWTs the caller mints (`url` and
+    `token` come from the class using it).  Deliberately not the collection's client
+    (plugins/module_utils/_slurm/rest.py): tests read Slurm's state through this one."""
 
     url: str
 
@@ -761,22 +510,10 @@ class SlurmRestClient:
             req.add_header("X-SLURM-USER-TOKEN", token if token is not None else self.token(user))
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        try:
-            # The URL is always http://127.0.0.1:<port>/... built above.
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            status, raw = err.code, err.read()
-        except OSError as err:  # URLError, refused, timeout
-            raise LabError(f"{method} {self.url}{path}: {err}") from None
-        text = raw.decode(errors="replace")
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
+        return http_json(req, timeout)
 
 
-class SlurmLab(RunDirState, SlurmRestClient):
+class SlurmLab(RunDirState, LabRestOracle):
     """One Slurm cluster of one release; see the module docstring."""
 
     def __init__(self, release: str) -> None:
@@ -809,7 +546,7 @@ class SlurmLab(RunDirState, SlurmRestClient):
             raise LabError(
                 f"Slurm {self.release.name} lab is not up (no {self.jwt_key_path})"
             ) from None
-        return mint_token(key, user, lifespan)
+        return lab_jwt(key, user, lifespan)
 
     def openapi_spec(self) -> dict[str, Any]:
         status, spec = self.request("GET", "/openapi/v3")
@@ -957,15 +694,12 @@ class SlurmLab(RunDirState, SlurmRestClient):
         port_free("127.0.0.1", self.release.rest_port)
         started = time.monotonic()
         log(f"starting Slurm {self.release.name} lab ({self.release.cluster})...")
-        try:
+        with undone_on_failure(lambda: self.down(quiet=True)):
             self.prepare_run_dir()
             self.mount()
             self.create_network()
             self.start_cluster()
             self.wait_ready(UP_DEADLINE_S)
-        except BaseException:
-            self.down(quiet=True)
-            raise
         log(f"Slurm {self.release.name} lab up in {time.monotonic() - started:.1f} s at {self.url}")
 
     def config_is_current(self) -> bool:
@@ -1019,25 +753,14 @@ class SlurmLab(RunDirState, SlurmRestClient):
         bind_mount(self.run_dir / "hosts", self.root / "etc/hosts", read_only=True)
 
     def create_network(self) -> None:
-        bridge = self.release.prefix
-        sh("ip", "link", "add", bridge, "type", "bridge")
-        sh("ip", "addr", "add", f"{self.release.address(1)}/24", "dev", bridge)
-        sh("ip", "link", "set", bridge, "up")
+        add_bridge(self.release.prefix, self.release.address(1))
         for index, node in enumerate(STATIC_NODES):
             self.create_node_netns(node, FIRST_NODE_HOST + index)
 
     def create_node_netns(self, node: str, host: int) -> str:
         """A network namespace with one veth into the lab bridge; returns its name."""
         name = f"{self.release.prefix}-{node}"
-        sh("ip", "netns", "add", name)
-        sh("ip", "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name)
-        sh("ip", "link", "set", name, "master", self.release.prefix, "up")
-        for cmd in (
-            ("ip", "addr", "add", f"{self.release.address(host)}/24", "dev", "eth0"),
-            ("ip", "link", "set", "eth0", "up"),
-            ("ip", "link", "set", "lo", "up"),
-        ):
-            sh("ip", "netns", "exec", name, *cmd)
+        add_netns_on_bridge(name, self.release.prefix, self.release.address(host))
         return name
 
     def start_cluster(self) -> None:
@@ -1186,11 +909,8 @@ class SlurmLab(RunDirState, SlurmRestClient):
         for _attempt in range(3):  # a dying slurmstepd may still fork; bounded, leftovers() reports
             stop_pids(pids_in_chroot(self.root), in_chroot(self.root), grace_s=2.0)
         unmount_under(self.root)
-        for netns in lab_netns(self.release):
-            sh("ip", "netns", "delete", netns, check=False)
         # Deleting a namespace takes its veth pair along; the bridge (and any straggler) is ours.
-        for link in lab_links(self.release):
-            sh("ip", "link", "delete", link, check=False)
+        remove_lab_network(self.release)
         self.state_path.unlink(missing_ok=True)
         problems = self.leftovers()
         if problems:
@@ -1198,13 +918,7 @@ class SlurmLab(RunDirState, SlurmRestClient):
 
     def leftovers(self) -> dict[str, list[Any]]:
         """What of this lab still runs, is mounted or exists; empty when it is fully down."""
-        found: dict[str, list[Any]] = {
-            "processes": pids_in_chroot(self.root),
-            "mounts": mounts_under(self.root),
-            "netns": lab_netns(self.release),
-            "links": lab_links(self.release),
-        }
-        return {key: value for key, value in found.items() if value}
+        return lab_leftovers(self.root, self.release, mounts=mounts_under(self.root))
 
 
 # --------------------------------------------------------------------------------------
@@ -1243,8 +957,7 @@ def cmd_status(labs: list[SlurmLab], args: argparse.Namespace) -> int:
 
 
 def print_status(report: dict[str, Any]) -> None:
-    health = "healthy" if report["healthy"] else ("DEGRADED" if report["up"] else "down")
-    print(f"Slurm {report['release']} ({report['cluster']}): {health}")
+    print(f"Slurm {report['release']} ({report['cluster']}): {health(report)}")
     if not report["up"]:
         return
     print(f"  REST        {report['url']}  API {' '.join(report['api_versions'])}")
@@ -1271,11 +984,7 @@ def cmd_env(labs: list[SlurmLab], args: argparse.Namespace) -> int:
                 f"{prefix}_CHROOT": str(lab.root),
             }
         )
-    if args.json:
-        print(json.dumps(values, indent=2))
-    else:
-        for key, value in values.items():
-            print(f"export {key}='{value}'")
+    print_env(values, args)
     return 0 if values else EXIT_DOWN
 
 
@@ -1306,11 +1015,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("slurm_lab: must run as root (chroot, mounts, network namespaces)", file=sys.stderr)
         return 2
-    try:
-        return COMMANDS[args.command](selected(args.release), args)
-    except (LabError, OSError, subprocess.SubprocessError) as err:
-        print(f"slurm_lab: {err}", file=sys.stderr)
-        return 1
+    return run_cli("slurm_lab", lambda: COMMANDS[args.command](selected(args.release), args))
 
 
 if __name__ == "__main__":

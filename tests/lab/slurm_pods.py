@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,18 +45,21 @@ from slurm_lab import (
     CHROOT_ENV_PATH,
     RELEASES,
     REST_USER,
+    LabRestOracle,
+    chroot_path,
+    ensure_chroot,
+    lab_jwt,
+    lab_leftovers,
+    remove_lab_network,
+)
+from toolbox import (
     LabError,
     Mount,
-    Release,
-    SlurmRestClient,
-    chroot_path,
+    add_bridge,
+    add_netns_on_bridge,
     chroot_setup,
     chroot_user,
-    ensure_chroot,
     in_chroot,
-    lab_links,
-    lab_netns,
-    mint_token,
     pids_in_chroot,
     sh,
     stop_pids,
@@ -63,16 +67,13 @@ from slurm_lab import (
 
 # The cluster's own chroot and bridge: `down` of the Slurm lab stops every process rooted
 # in its chroot, so the Slinky cluster must not share one with it.
-SLINKY_RELEASE = Release(
+SLINKY_RELEASE = dataclasses.replace(
+    RELEASES["26.05"],
     name="slinky",
-    suite="forky",
-    debootstrap_script="sid",
     subnet="198.18.28",
     ctld_port=6817,
     slurmd_port=6818,
     rest_port=6820,
-    dynamic_nodes=True,
-    api_versions=RELEASES["26.05"].api_versions,
     in_test_matrix=False,
 )
 BRIDGE = SLINKY_RELEASE.prefix
@@ -210,9 +211,7 @@ class SlinkyCluster:
         ensure_chroot(SLINKY_RELEASE)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not Path(f"/sys/class/net/{BRIDGE}").exists():
-            sh("ip", "link", "add", BRIDGE, "type", "bridge")
-            sh("ip", "addr", "add", f"{SLINKY_RELEASE.address(1)}/24", "dev", BRIDGE)
-            sh("ip", "link", "set", BRIDGE, "up")
+            add_bridge(BRIDGE, SLINKY_RELEASE.address(1))
         if not self.hosts_path.exists():
             self.write_hosts([])
 
@@ -224,15 +223,7 @@ class SlinkyCluster:
         name = f"{BRIDGE}-{host}"
         if Path(f"/run/netns/{name}").exists():  # left by a runner that was killed
             sh("ip", "netns", "delete", name)
-        sh("ip", "netns", "add", name)
-        sh("ip", "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name)
-        sh("ip", "link", "set", name, "master", BRIDGE, "up")
-        for cmd in (
-            ("ip", "addr", "add", f"{address}/24", "dev", "eth0"),
-            ("ip", "link", "set", "eth0", "up"),
-            ("ip", "link", "set", "lo", "up"),
-        ):
-            sh("ip", "netns", "exec", name, *cmd)
+        add_netns_on_bridge(name, BRIDGE, address)
         return name, address
 
     def release_pod(self, uid: str, pod: SlurmPod) -> None:
@@ -259,18 +250,10 @@ class SlinkyCluster:
             pod = SlurmPod.load(path)
             if pod.kind == "slurmd":
                 remove_cgroups(f"slurm_{pod.hostname}")
-        for netns in lab_netns(SLINKY_RELEASE):
-            sh("ip", "netns", "delete", netns, check=False)
-        for link in lab_links(SLINKY_RELEASE):
-            sh("ip", "link", "delete", link, check=False)
+        remove_lab_network(SLINKY_RELEASE)
 
     def leftovers(self) -> dict[str, list[Any]]:
-        found: dict[str, list[Any]] = {
-            "processes": pids_in_chroot(self.root),
-            "netns": lab_netns(SLINKY_RELEASE),
-            "links": lab_links(SLINKY_RELEASE),
-        }
-        return {key: value for key, value in found.items() if value}
+        return lab_leftovers(self.root, SLINKY_RELEASE)
 
     def write_hosts(self, services: list[dict[str, Any]]) -> None:
         """/etc/hosts for the pods: each pod by hostname and each Service selecting it."""
@@ -454,7 +437,7 @@ def describe(pod: SlurmPod) -> str:
     return f"{shlex.join(pod.argv)}{where}"
 
 
-class SlinkyRest(SlurmRestClient):
+class SlinkyRest(LabRestOracle):
     """The deployed cluster's slurmrestd, with tokens signed by the key in its Secret."""
 
     url = f"http://{REST_ADDRESS}"
@@ -464,7 +447,7 @@ class SlinkyRest(SlurmRestClient):
         self.jwt_key = jwt_key
 
     def token(self, user: str = "root", lifespan: int = 600) -> str:
-        return mint_token(self.jwt_key, user, lifespan)
+        return lab_jwt(self.jwt_key, user, lifespan)
 
     def get(self, path: str) -> dict[str, Any]:
         status, body = self.request("GET", f"/slurm/{self.api}/{path}")

@@ -9,14 +9,16 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpcops.slinky.plugins.filter.handover import handover_status_table
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover_plan import (
-    JobView,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     Journal,
+    Policy,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import status_rows
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
+    JobView,
     NodeView,
     PodView,
-    Policy,
     SlurmNodeView,
-    status_rows,
 )
 
 POLICY = Policy(pool_selector={"pool": "interactive"}, never_touch_selector={"never-touch": "true"})

@@ -1,0 +1,197 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What upgrading a site's Slinky release changes, before anything changes (pure; no I/O).
+
+PRIVATE: for this collection's plugins only; names and signatures may change without notice.
+
+playbooks/upgrade.yml reads the installed Helm releases and NodeSets, builds the new values
+with the deploy roles, and hands both to :func:`upgrade_report`. Helm drops every object the
+new values no longer render, so a NodeSet (and with it its slurmd pods and their jobs) that
+the inventory no longer names would go (slurm-operator issue 242): the report names them
+and the upgrade stops unless the site says they may go.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from collections.abc import Mapping, Sequence
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_release import (
+    ReleaseError,
+    parse_version,
+    upgrade_problem,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+    CHART_LINES,
+    restated_slurm_conf,
+)
+
+HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
+
+
+def chart_version(chart: t.Any) -> str | None:
+    """'slurm-operator-crds-1.1.0' (helm_info's status.chart) -> '1.1.0'."""
+    _name, _dash, version = str(chart or "").rpartition("-")
+    try:
+        parse_version(version, "chart")
+    except ReleaseError:
+        return None
+    return version
+
+
+def _enabled(values: Mapping[str, t.Any], key: str) -> set[str]:
+    section = values.get(key) or {}
+    return {name for name, item in section.items() if (item or {}).get("enabled", True)}
+
+
+def _line(version: str) -> t.Any:
+    return CHART_LINES.get(parse_version(version, "version")[:2])
+
+
+def _keys_leaving(old_values: Mapping[str, t.Any], new_line: t.Any) -> list[str]:
+    """NodeSet fields of the installed values the new line's chart and CRD no longer know."""
+    found = []
+    nodesets = sorted((old_values.get("nodesets") or {}).items())
+    for key in new_line.unknown_nodeset_keys:
+        names = []
+        for name, nodeset in nodesets:
+            node: t.Any = nodeset or {}
+            for part in key.split("."):
+                node = node.get(part) if isinstance(node, Mapping) else None
+            if node is not None:
+                names.append(name)
+        if names:
+            found.append(
+                f"NodeSet field {key} (set on {', '.join(names)}) is not in Slinky "
+                f"{new_line.name}: the new values leave it out"
+            )
+    return found
+
+
+def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[str]:
+    old_line, new_line = _line(old), _line(new)
+    if old_line is None or new_line is None or old_line == new_line:
+        return []
+    changes = []
+    if old_line.operator_writes_defaults and not new_line.operator_writes_defaults:
+        conf = new_values.get("controller", {}).get("extraConfMap", {})
+        cgroups = conf.get("ProctrackType") != "proctrack/linuxproc"
+        restated = restated_slurm_conf(cgroups, "AccountingStorageTRES" in conf)
+        changes.append(
+            f"Slinky {new_line.name} no longer writes these slurm.conf settings; the collection "
+            f"restates them: {', '.join(f'{k}={v}' for k, v in restated.items())}"
+        )
+        if "gres.conf" in new_values.get("configFiles", {}):
+            changes.append(
+                f"Slinky {new_line.name} no longer writes gres.conf; the collection writes "
+                f"{new_values['configFiles']['gres.conf'].strip()}"
+            )
+    if new_line.inplace_reconfigure and not old_line.inplace_reconfigure:
+        inplace = new_values.get("controller", {}).get("inplaceReconfigure", False)
+        changes.append(
+            f"controller.inplaceReconfigure: {str(inplace).lower()} "
+            + (
+                "(slurmctld reconfigures in place)"
+                if inplace
+                else "(a changed slurm.conf recreates the slurmctld pod; jobs keep running)"
+            )
+        )
+    if old_line.chart_defaults_off and not new_line.chart_defaults_off:
+        changes.append(
+            f"Slinky {new_line.name}'s chart no longer enables the default NodeSet 'slinky' and "
+            "partition 'all' (the collection had switched them off)"
+        )
+    return changes
+
+
+def _image_changes(old_values: Mapping[str, t.Any], new_values: Mapping[str, t.Any]) -> list[str]:
+    def images(values: Mapping[str, t.Any]) -> dict[str, str]:
+        out = {}
+        ctl = values.get("controller") or {}
+        image = (ctl.get("slurmctld") or {}).get("image") or {}
+        if image:
+            out["slurmctld"] = f"{image.get('repository')}:{image.get('tag')}"
+        for name, nodeset in (values.get("nodesets") or {}).items():
+            image = ((nodeset or {}).get("slurmd") or {}).get("image") or {}
+            if image and (nodeset or {}).get("enabled", True):
+                out[f"NodeSet {name}"] = f"{image.get('repository')}:{image.get('tag')}"
+        return out
+
+    before, after = images(old_values), images(new_values)
+    return [
+        f"{what}: {before[what]} -> {after[what]} "
+        + (
+            "(the controller pod is recreated; jobs keep running)"
+            if what == "slurmctld"
+            else "(its pods are replaced by the NodeSet's update strategy)"
+        )
+        for what in sorted(set(before) & set(after))
+        if before[what] != after[what]
+    ]
+
+
+def upgrade_report(
+    installed: Mapping[str, t.Any],
+    wanted: str,
+    old_values: Mapping[str, t.Any],
+    new_values: Mapping[str, t.Any],
+    nodesets: Sequence[Mapping[str, t.Any]],
+    release: str,
+) -> dict[str, t.Any]:
+    """What going from the installed charts to `wanted` does to this site.
+
+    ``installed`` maps crds, operator and slurm to their installed chart version (None when
+    not installed); ``old_values`` are the slurm release's values, ``new_values`` what the
+    role builds now; ``nodesets`` the NodeSet objects in the cluster.
+    """
+    versions = {
+        part: chart_version(v) if v and "-" in str(v) else v for part, v in installed.items()
+    }
+    refusals = []
+    slurm = versions.get("slurm")
+    if not slurm:
+        refusals.append(
+            "no Slurm cluster release is installed: deploy it with site.yml; upgrade.yml only "
+            "upgrades a running site"
+        )
+    for part, version in sorted(versions.items()):
+        if version:
+            problem = upgrade_problem(version, wanted)
+            if problem:
+                refusals.append(f"{part} chart {version}: {problem}")
+    new_nodesets = {f"{release}-worker-{name}" for name in _enabled(new_values, "nodesets")}
+    dropped_nodesets = sorted(
+        obj["metadata"]["name"]
+        for obj in nodesets
+        if (obj.get("metadata", {}).get("annotations") or {}).get(HELM_RELEASE_ANNOTATION)
+        == release
+        and obj["metadata"]["name"] not in new_nodesets
+    )
+    dropped_partitions = sorted(
+        _enabled(old_values, "partitions") - _enabled(new_values, "partitions")
+    )
+    changes: list[str] = []
+    if slurm and not refusals:
+        changes += _keys_leaving(old_values, _line(wanted))
+        changes += _line_changes(slurm, wanted, new_values)
+        changes += _image_changes(old_values, new_values)
+    changes += [
+        f"NodeSet {name} exists in the cluster but not in the inventory: Helm would delete it, "
+        "its slurmd pods and their jobs"
+        for name in dropped_nodesets
+    ]
+    changes += [
+        f"partition {name} is in the installed values but not in the inventory: Slurm would "
+        "lose it and its pending jobs"
+        for name in dropped_partitions
+    ]
+    return {
+        "installed": versions,
+        "wanted": wanted,
+        "same_version": bool(slurm) and all(v in (None, wanted) for v in versions.values()),
+        "refusals": refusals,
+        "changes": changes,
+        "dropped_nodesets": dropped_nodesets,
+        "dropped_partitions": dropped_partitions,
+    }

@@ -1,0 +1,717 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Lending and reclaiming nodes: the I/O of the handover protocol, step by step.
+
+PRIVATE to the collection.  The order of the steps is the one docs/handover.md gives; what
+each step decides comes from ``steps``.  Every step reads what the last one
+left, so a run that stopped anywhere is finished by the next one; every Node write carries
+the resourceVersion it was computed from, so two runs never both make a transition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import typing as t
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.faults import after_step
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import KubernetesCalls
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    LEND_STEPS,
+    RECLAIM_STEPS,
+    HandoverAction,
+    HandoverResult,
+    Journal,
+    JournalState,
+    Policy,
+    Step,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
+    HandoverMarkers,
+    Registration,
+    application_pods,
+    escalation,
+    grace_deadline,
+    has_label,
+    is_slurmd_pod,
+    journal_of,
+    node_patch,
+    pool_refusal,
+    registration,
+    slurm_drained,
+    slurm_node_name,
+    transition,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import node_view
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
+    Conflict,
+    KubernetesError,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.timestamps import microtime
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.node_change import (
+    NodeRequest,
+    plan_node_change,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.patient import PatientSlurm
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import job_node_names
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import SlurmRestError
+
+JSON = dict[str, t.Any]
+
+DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
+CONFLICT_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class Settings:
+    markers: HandoverMarkers
+    policy: Policy
+    by: str  # who acts: written in the journal and the Events
+    lend_timeout_s: float = 120.0
+    pod_timeout_s: float = 30.0
+    poll_s: float = 0.5
+    event_namespace: str = "default"
+    nodeset_namespace: str | None = None  # where the NodeSets are; None: every namespace
+    check_mode: bool = False
+    fault: str = ""  # a test's fault point (faults.armed_fault); '' in every real run
+
+
+@dataclass
+class Outcome:
+    """What happened to one node; `result` is where the node ended."""
+
+    node: str
+    action: str
+    result: str = HandoverResult.UNCHANGED  # one of HandoverResult
+    op: str = ""
+    slurm_node: str = ""
+    steps: list[str] = field(default_factory=list)
+    message: str = ""
+    jobs: dict[str, list[int]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    started: float = 0.0
+    uid: str = ""  # the Node's, for its Events
+    timeline: dict[str, float] = field(default_factory=dict)  # step -> seconds after start
+    changed: bool = False
+
+    def as_dict(self) -> JSON:
+        return {
+            "node": self.node,
+            "action": self.action,
+            "result": self.result,
+            "op": self.op,
+            "slurm_node": self.slurm_node,
+            "steps": list(self.steps),
+            "message": self.message,
+            "jobs": dict(self.jobs),
+            "seconds": round(self.seconds, 2),
+            "timeline": {step: round(at, 2) for step, at in self.timeline.items()},
+            "changed": self.changed,
+        }
+
+
+class Refused(Exception):
+    """The node may not take this step; the message says why."""
+
+
+class StepFailed(Exception):
+    """A step did not finish in its time; the journal keeps the node where it is."""
+
+
+class Skipped(Refused):
+    """Another run changed the node first: not an error, that run owns the step."""
+
+
+class Handover:
+    """Lends, reclaims or resumes one node at a time; safe to call from several threads."""
+
+    def __init__(
+        self,
+        kube: KubernetesCalls,
+        slurm: t.Any,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.kube = kube
+        self.slurm = PatientSlurm(slurm, clock, sleep)
+        self.settings = settings
+        self.markers = settings.markers
+        self.clock = clock
+        self.sleep = sleep
+
+    # -- entry points --------------------------------------------------------------------
+
+    def run(self, name: str, action: str) -> Outcome:
+        """Lend, reclaim or resume one node."""
+        outcome = Outcome(node=name, action=action)
+        return self._guarded(outcome, lambda: self._dispatch(outcome))
+
+    def mark_idle(self, name: str, idle_since: float | None) -> Outcome:
+        """Record in a free node's journal since when it runs no application pod (None:
+        busy again), for the planner's lend_min_idle_s."""
+        outcome = Outcome(node=name, action=HandoverAction.MARK_IDLE)
+        return self._guarded(outcome, lambda: self._mark_idle(outcome, idle_since))
+
+    def clean_orphan(self, name: str) -> Outcome:
+        """Drain the Slurm node of a lent Node that was deleted, and remove its record once
+        no job runs there (the next run looks again while jobs run)."""
+        outcome = Outcome(node=name, action=HandoverAction.CLEAN_ORPHANS, slurm_node=name)
+        return self._guarded(outcome, lambda: self._clean_orphan(outcome))
+
+    def _guarded(self, outcome: Outcome, body: Callable[[], None]) -> Outcome:
+        """Run one node's work; its errors end that node's outcome, not the other nodes'."""
+        started = outcome.started = self.clock()
+        try:
+            body()
+        except Skipped as err:
+            outcome.result = HandoverResult.SKIPPED
+            outcome.message = str(err)
+        except Refused as err:
+            outcome.result = HandoverResult.REFUSED
+            outcome.message = str(err)
+        except (KubernetesError, SlurmRestError, StepFailed) as err:
+            outcome.result = HandoverResult.FAILED
+            outcome.message = f"{err}; the journal keeps the step, the next run resumes it"
+        finally:
+            outcome.seconds = self.clock() - started
+        return outcome
+
+    def _dispatch(self, outcome: Outcome) -> None:
+        node = self._read_node(outcome.node)
+        outcome.uid = node["metadata"].get("uid", "")
+        journal = journal_of(node, self.markers)
+        if journal.state == JournalState.CORRUPT:
+            raise Refused(f"{journal.reason}; fix or remove the annotation by hand")
+        action = outcome.action
+        if action == HandoverAction.RESUME:
+            action = {
+                JournalState.LENDING: HandoverAction.LEND,
+                JournalState.RECLAIMING: HandoverAction.RECLAIM,
+            }.get(journal.state, "")
+            if not action:
+                outcome.message = f"nothing to finish: the node is {journal.state}"
+                return
+        if action == HandoverAction.LEND:
+            self._lend(node, journal, outcome)
+        else:
+            self._reclaim(node, journal, outcome, "")
+
+    def _mark_idle(self, outcome: Outcome, idle_since: float | None) -> None:
+        if self.settings.check_mode:
+            outcome.changed = True
+            return
+
+        def mark(current: JSON) -> JSON:
+            journal = journal_of(current, self.markers)
+            if journal.state != JournalState.FREE or journal.idle_since == idle_since:
+                raise Skipped(f"the node is {journal.state} now")
+            return node_patch(
+                current, self.markers, journal=dataclasses.replace(journal, idle_since=idle_since)
+            )
+
+        self._transition(outcome.node, mark)
+        outcome.changed = True
+
+    def _clean_orphan(self, outcome: Outcome) -> None:
+        name = outcome.node
+        if self.kube.node(name) is not None:
+            raise Skipped("it has a Kubernetes Node again: the handover owns it")
+        self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
+        slurm_node = self.slurm.node(name)
+        if slurm_node is None:
+            outcome.result = HandoverResult.REMOVED
+            outcome.message = "no such Slurm node (any more)"
+            return
+        if self._stop_in_check_mode(outcome, HandoverResult.REMOVED, (Step.DRAIN, Step.REMOVE)):
+            return
+        held = "DRAIN" in slurm_node["state_flags"] or slurm_node["state"] == "DOWN"
+        if not held:
+            self.slurm.update_node(
+                name,
+                {
+                    "state": ["DRAIN"],
+                    "reason": f"{self.markers.reason_prefix} orphan: its Kubernetes Node is gone",
+                },
+            )
+            outcome.steps.append(Step.DRAIN)
+            outcome.changed = True
+            slurm_node = self.slurm.node(name)
+        if not slurm_drained(slurm_node):
+            outcome.result = HandoverResult.DRAINING
+            outcome.message = "drained; jobs still run, its record goes once they end"
+            return
+        if slurm_node is not None:
+            self.slurm.delete_node(name)
+            outcome.steps.append(Step.REMOVE)
+            outcome.changed = True
+        outcome.result = HandoverResult.REMOVED
+        outcome.message = "record removed: no Kubernetes Node, no job"
+
+    # -- lend ------------------------------------------------------------------------------
+
+    def _lend(self, node: JSON, journal: Journal, outcome: Outcome) -> None:
+        name = outcome.node
+        self.slurm.until(self.clock() + self.settings.lend_timeout_s, outcome.warnings)
+        if journal.state == JournalState.LENT:
+            outcome.result = HandoverResult.LENT
+            outcome.message = "already lent"
+            return
+        if journal.state == JournalState.RECLAIMING:
+            raise Refused(f"being reclaimed (op {journal.op}); finish that first (action resume)")
+        if journal.state == JournalState.FREE:
+            self._refuse_unless_lendable(node, self.kube.pods_on(name))
+            if self._stop_in_check_mode(outcome, HandoverResult.LENT, LEND_STEPS):
+                return
+            op = new_op()
+            outcome.op = op
+
+            def lending(current: JSON) -> JSON:
+                now_journal = journal_of(current, self.markers)
+                if now_journal.state != JournalState.FREE:
+                    raise Skipped(f"another run took the node first ({now_journal.state})")
+                after = transition(
+                    now_journal, JournalState.LENDING, op, self.clock(), self.settings.by
+                )
+                return node_patch(current, self.markers, journal=after, taint=True)
+
+            node = self._transition(name, lending)
+            self._record_step(
+                outcome, Step.TAINT, "Lending", f"journal lending, taint {self.markers.taint_key}"
+            )
+        else:  # lending: an earlier run stopped here
+            outcome.op = journal.op
+            if self._stop_in_check_mode(outcome, HandoverResult.LENT, LEND_STEPS[1:]):
+                return
+        self._finish_lend(node, outcome)
+
+    def _finish_lend(self, node: JSON, outcome: Outcome) -> None:
+        """Lend steps 3 to 5, on a node journalled `lending` and tainted."""
+        name = outcome.node
+        # Step 3: an application pod the scheduler bound before the taint wins the node.
+        pods = self.kube.pods_on(name)
+        apps = application_pods(pods, self.settings.policy)
+        if apps:
+            reason = f"application pod(s) {', '.join(apps)} bound before the taint"
+            if has_label(node, self.markers):  # slurmd may run already: give back safely
+                self._reclaim(node, journal_of(node, self.markers), outcome, reason)
+            else:
+                self._set_free(name, outcome, reason, reclaimed=False)
+            outcome.result = HandoverResult.ROLLED_BACK
+            outcome.message = reason
+            return
+        self._record_step(outcome, Step.RECHECK)
+
+        if not has_label(node, self.markers):
+            node = self._transition(
+                name, lambda current: node_patch(current, self.markers, label=True)
+            )
+            self._record_step(outcome, Step.LABEL, "", f"label {self.markers.lend_label}")
+        if not any(is_slurmd_pod(pod) for pod in pods):
+            try:
+                self.kube.nudge_nodesets(
+                    self.markers.lend_label,
+                    self.markers.lend_label_value,
+                    self.markers.nudge_annotation,
+                    outcome.op,
+                    self.settings.nodeset_namespace,
+                )
+            except KubernetesError as err:  # only slower: the operator gets there on its own
+                outcome.warnings.append(f"could not wake the NodeSets: {err}")
+
+        found = self._wait(lambda: self._registration(name), self.settings.lend_timeout_s)
+        slurm_name, state, slurm_reason = found or ("", Registration.WAITING, "")
+        if state != Registration.REGISTERED:
+            reason = (
+                f"slurmctld refused slurmd's registration ({slurm_reason or 'INVALID_REG'})"
+                if state == Registration.INVALID
+                else f"slurmd did not register within lend_timeout_s "
+                f"{self.settings.lend_timeout_s:g}"
+            )
+            node = self._read_node(name)
+            self._reclaim(node, journal_of(node, self.markers), outcome, reason)
+            outcome.result = HandoverResult.FAILED
+            outcome.message = reason + "; given back"
+            return
+        outcome.slurm_node = slurm_name
+
+        def lent(current: JSON) -> JSON:
+            now_journal = journal_of(current, self.markers)
+            if now_journal.state != JournalState.LENDING or now_journal.op != outcome.op:
+                raise Skipped(f"the journal changed meanwhile ({now_journal.state})")
+            after = transition(
+                now_journal, JournalState.LENT, outcome.op, self.clock(), self.settings.by
+            )
+            return node_patch(current, self.markers, journal=after)
+
+        self._transition(name, lent)
+        self._record_step(outcome, Step.REGISTERED, "Lent", f"Slurm node {slurm_name} registered")
+        outcome.result = HandoverResult.LENT
+
+    def _refuse_unless_lendable(self, node: JSON, pods: list[JSON]) -> None:
+        refusal = pool_refusal(node, self.settings.policy)
+        if refusal:
+            raise Refused(refusal)
+        view = node_view(node, self.markers.journal_annotation)
+        if not view.ready:
+            raise Refused("not Ready")
+        if view.unschedulable:
+            raise Refused("cordoned")
+        apps = application_pods(pods, self.settings.policy)
+        if apps:
+            raise Refused(f"runs application pod(s) {', '.join(apps)}")
+
+    def _registration(self, name: str) -> tuple[str, str, str] | None:
+        """(Slurm node name, registration, Slurm's reason) once slurmd registered or was
+        refused; None while it is still on its way."""
+        pods = self.kube.pods_on(name)
+        if not any(is_slurmd_pod(pod) for pod in pods):
+            return None  # a Slurm node of that name without a slurmd pod is a leftover
+        slurm_name = slurm_node_name(name, pods)
+        slurm_node = self.slurm.node(slurm_name)
+        state = registration(slurm_node)
+        if state == Registration.WAITING:
+            return None
+        return slurm_name, state, (slurm_node or {}).get("reason", "")
+
+    # -- reclaim ---------------------------------------------------------------------------
+
+    def _reclaim(self, node: JSON, journal: Journal, outcome: Outcome, reason: str) -> None:
+        name = outcome.node
+        if journal.state == JournalState.FREE:
+            # Refused as lend refuses it: a node the pool does not hold was never ours.
+            refusal = pool_refusal(node, self.settings.policy)
+            if refusal:
+                raise Refused(refusal)
+            outcome.result = HandoverResult.FREE
+            outcome.message = "not lent"
+            return
+        pods = self.kube.pods_on(name)
+        slurm_name = slurm_node_name(name, pods)
+        outcome.slurm_node = slurm_name
+        # Until the node's own deadline is known, no step can need longer than the longest grace.
+        self.slurm.until(self.clock() + longest_grace(self.settings.policy), outcome.warnings)
+        if journal.state in (JournalState.LENDING, JournalState.LENT):
+            if self._stop_in_check_mode(outcome, HandoverResult.FREE, RECLAIM_STEPS):
+                return
+            op = new_op()
+            slurm_node = self.slurm.node(slurm_name)
+            partitions = slurm_node["partitions"] if slurm_node else []
+            deadline = grace_deadline(partitions, self.settings.policy, self.clock())
+            outcome.op = op
+
+            def reclaiming(current: JSON) -> JSON:
+                now_journal = journal_of(current, self.markers)
+                if now_journal.state not in (JournalState.LENDING, JournalState.LENT):
+                    raise Skipped(f"another run took the node first ({now_journal.state})")
+                after = transition(
+                    now_journal,
+                    JournalState.RECLAIMING,
+                    op,
+                    self.clock(),
+                    self.settings.by,
+                    reason,
+                    deadline,
+                )
+                return node_patch(current, self.markers, journal=after)
+
+            self._transition(name, reclaiming)
+            self._record_step(
+                outcome,
+                Step.JOURNAL,
+                "Reclaiming",
+                f"journal reclaiming, deadline in {deadline - self.clock():.0f} s",
+            )
+        else:  # reclaiming: an earlier run stopped here, or a `wait` job blocked it
+            outcome.op = journal.op
+            deadline = journal.deadline if journal.deadline is not None else self.clock()
+            if self._stop_in_check_mode(outcome, HandoverResult.FREE, RECLAIM_STEPS[1:]):
+                return
+
+        # Draining and waiting for the jobs may take until the deadline; a step resumed past
+        # it still gets the time of a pod step to ride out an outage.
+        self.slurm.until(
+            max(deadline, self.clock() + self.settings.pod_timeout_s), outcome.warnings
+        )
+        self._drain(slurm_name, outcome)
+        self._record_step(outcome, Step.DRAIN)
+        drained = self._wait(
+            lambda: self._drained_and_idle(slurm_name, outcome), max(deadline - self.clock(), 0.0)
+        )
+        if not drained and not self._escalate(slurm_name, outcome):
+            return
+        self._record_step(outcome, Step.DRAINED)
+        self._give_back(name, slurm_name, outcome)
+
+    def _drain(self, slurm_name: str, outcome: Outcome) -> None:
+        slurm_node = self.slurm.node(slurm_name)
+        if slurm_node is None:
+            return
+        if "DRAIN" in slurm_node["state_flags"] and self.markers.is_our_reason(
+            slurm_node["reason"]
+        ):
+            return  # drained by an earlier step of ours
+        request = NodeRequest(
+            state="drain",
+            reason=self.markers.drain_reason(outcome.op),
+            reason_prefix=self.markers.reason_prefix,
+        )
+        change = plan_node_change(slurm_name, slurm_node, request)
+        if change.foreign_reason:
+            # Somebody else's drain keeps jobs off too; keep it and say so.
+            outcome.warnings.append(f"kept the drain of someone else: {change.foreign_reason!r}")
+        if change.action == "update":
+            try:
+                self.slurm.update_node(slurm_name, change.body)
+            except SlurmRestError as err:
+                # The operator may replace the slurmd pod at any time (it does when a pod
+                # looks healthy but its node has not registered yet): the node may be gone,
+                # or registering anew. The wait that follows drains it again if need be.
+                outcome.warnings.append(f"drain of Slurm node {slurm_name} failed ({err})")
+                return
+            outcome.changed = True
+
+    def _drained_and_idle(self, slurm_name: str, outcome: Outcome) -> bool:
+        """Drained and idle; a node that lost its drain while we wait is drained again.
+
+        That happens when slurmd registers anew (its pod was re-created, for example after
+        the Node was NotReady for a while: a dynamic node comes back without the drain), or
+        when somebody resumed it by hand. The node is still ours to reclaim, and no job may
+        start on it meanwhile.
+        """
+        slurm_node = self.slurm.node(slurm_name)
+        if slurm_node is not None and not (
+            "DRAIN" in slurm_node["state_flags"] or slurm_node["state"] == "DOWN"
+        ):
+            outcome.warnings.append(f"Slurm node {slurm_name} lost its drain; drained it again")
+            self._drain(slurm_name, outcome)
+            slurm_node = self.slurm.node(slurm_name)
+        return slurm_drained(slurm_node)
+
+    def _escalate(self, slurm_name: str, outcome: Outcome) -> bool:
+        """Apply the policy at the deadline; False when the node stays blocked."""
+        self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
+        jobs = [
+            job
+            for job in self.slurm.jobs()
+            if job["state"] in ("RUNNING", "COMPLETING", "SUSPENDED")
+            and slurm_name in job_node_names(job)
+        ]
+        decided = escalation(jobs, self.settings.policy)
+        for job_id in decided.cancel:
+            self.slurm.signal_job(job_id, "SIGKILL")
+        if decided.down:
+            self.slurm.update_node(
+                slurm_name,
+                {
+                    "state": ["DOWN"],
+                    "reason": f"{self.markers.drain_reason(outcome.op)}: requeue at the deadline",
+                },
+            )
+        outcome.jobs = decided.report()
+        if decided.cancel or decided.down:
+            outcome.changed = True
+            self._record_step(
+                outcome,
+                Step.ESCALATE,
+                "Escalated",
+                f"deadline passed: cancelled {outcome.jobs['cancelled']}, "
+                f"requeued {outcome.jobs['requeued']}, "
+                f"ended (not requeueable) {outcome.jobs['ended_not_requeueable']}",
+                warning=True,
+            )
+        if decided.blocked:
+            outcome.result = HandoverResult.BLOCKED
+            outcome.message = (
+                f"jobs {list(decided.waiting)} of a `wait` partition still run; the node stays "
+                "reclaiming and the next run looks again"
+            )
+            self._event(outcome, "Blocked", outcome.message, warning=True)
+            return False
+        if not self._wait(
+            lambda: self._drained_and_idle(slurm_name, outcome), self.settings.pod_timeout_s
+        ):
+            raise StepFailed(
+                f"jobs still run on Slurm node {slurm_name} {self.settings.pod_timeout_s:g} s "
+                "after the escalation"
+            )
+        return True
+
+    def _give_back(self, name: str, slurm_name: str, outcome: Outcome) -> None:
+        """Reclaim steps 5 to 8: label off, slurmd pod gone, Slurm record gone, taint off."""
+        node = self._read_node(name)
+        if has_label(node, self.markers):
+            self._transition(name, lambda current: node_patch(current, self.markers, label=False))
+            self._record_step(outcome, Step.UNLABEL, "", f"label {self.markers.lend_label} removed")
+
+        def slurmd_gone() -> bool:
+            return not [pod for pod in self.kube.pods_on(name) if is_slurmd_pod(pod)]
+
+        # The Slurm node is drained and idle and no NodeSet selects the node any more, so the
+        # pod goes now: the operator would delete it too, but only after its next look at
+        # Slurm (2 to 7 s in kind). A pod it re-creates from a view that still has the label
+        # cannot be bound: its node selector wants the label the scheduler no longer sees.
+        # Right after a DOWN escalation the job's processes still run in the container
+        # (Slurm does not signal a DOWN node), and slurmd given SIGTERM then may hold its pod
+        # for the whole termination grace (measured in kind): the operator's pace first.
+        if Step.ESCALATE in outcome.steps:
+            self._wait(slurmd_gone, self.settings.pod_timeout_s)
+        grace_s = self._delete_slurmd_pods(name)
+        if not self._wait(slurmd_gone, grace_s + self.settings.pod_timeout_s):
+            raise StepFailed(
+                f"the slurmd pod on {name} is still there {grace_s + self.settings.pod_timeout_s:g} s "
+                f"after it was deleted (its termination grace {grace_s:g} s and pod_timeout_s)"
+            )
+        self._record_step(outcome, Step.POD_GONE)
+        self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
+        if self.slurm.node(slurm_name) is not None:
+            try:
+                self.slurm.delete_node(slurm_name)
+            except SlurmRestError:
+                # slurmd's preStop hook may have removed it between the look and the delete.
+                if self.slurm.node(slurm_name) is not None:
+                    raise
+            self._record_step(outcome, Step.SLURM_REMOVED, "", f"Slurm node {slurm_name} deleted")
+        self._set_free(name, outcome, "", reclaimed=True)
+        outcome.result = HandoverResult.FREE
+
+    def _delete_slurmd_pods(self, name: str) -> float:
+        """Delete the node's slurmd pods; the longest termination grace they have."""
+        grace_s = 0.0
+        for pod in self.kube.pods_on(name):
+            if not is_slurmd_pod(pod):
+                continue
+            spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds")
+            grace_s = max(grace_s, float(DEFAULT_POD_GRACE_S if spec_grace is None else spec_grace))
+            if pod["metadata"].get("deletionTimestamp"):
+                continue  # on its way already
+            # Changed meanwhile: the operator is at it too; the wait sees the pod go.
+            with contextlib.suppress(Conflict):
+                self.kube.delete_pod(pod)
+        return grace_s
+
+    def _set_free(self, name: str, outcome: Outcome, reason: str, *, reclaimed: bool) -> None:
+        def free(current: JSON) -> JSON:
+            now = self.clock()
+            before = journal_of(current, self.markers)
+            after = transition(before, JournalState.FREE, outcome.op, now, self.settings.by, reason)
+            if reclaimed:
+                after = dataclasses.replace(after, last_reclaim=round(now, 3))
+            return node_patch(current, self.markers, journal=after, taint=False)
+
+        self._transition(name, free)
+        verb = "rolled back" if reason else "given back to the applications"
+        self._record_step(
+            outcome,
+            Step.FREE,
+            "RolledBack" if reason else "Returned",
+            f"{verb}{': ' + reason if reason else ''}",
+        )
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _read_node(self, name: str) -> JSON:
+        node = self.kube.node(name)
+        if node is None:
+            raise Refused("no such Node")
+        return node
+
+    def _transition(self, name: str, build: Callable[[JSON], JSON]) -> JSON:
+        """Read, build the patch from what was read, write it; again if the Node changed."""
+        for _attempt in range(CONFLICT_RETRIES):
+            current = self._read_node(name)
+            try:
+                return self.kube.patch_node(name, build(current))
+            except Conflict:
+                continue  # e.g. the kubelet's heartbeat; `build` checks the journal again
+        raise KubernetesError(f"Node {name} kept changing ({CONFLICT_RETRIES} conflicts)")
+
+    def _wait(self, done: Callable[[], t.Any], timeout_s: float) -> t.Any:
+        """done()'s first true value within timeout_s (checked at least once), else False."""
+        end = time.monotonic() + timeout_s
+        while True:
+            value = done()
+            if value or time.monotonic() >= end:
+                return value
+            self.sleep(self.settings.poll_s)
+
+    def _stop_in_check_mode(self, outcome: Outcome, result: str, steps: t.Sequence[str]) -> bool:
+        """In check mode, report the steps left and stop."""
+        if not self.settings.check_mode:
+            return False
+        outcome.result = result
+        outcome.steps = [f"would {step}" for step in steps]
+        outcome.changed = True
+        return True
+
+    def _record_step(
+        self,
+        outcome: Outcome,
+        step: str,
+        event: str = "",
+        message: str = "",
+        *,
+        warning: bool = False,
+    ) -> None:
+        outcome.steps.append(step)
+        outcome.timeline[step] = self.clock() - outcome.started
+        outcome.changed = outcome.changed or step != Step.RECHECK
+        if event:
+            self._event(outcome, event, message, warning=warning)
+        after_step(self.settings.fault, outcome.action, step)  # the tests' crash point
+
+    def _event(self, outcome: Outcome, reason: str, message: str, *, warning: bool = False) -> None:
+        """A Kubernetes Event on the Node (`kubectl describe node` shows the history)."""
+        if not outcome.uid:
+            outcome.uid = ((self.kube.node(outcome.node) or {}).get("metadata") or {}).get(
+                "uid", ""
+            )
+        now = microtime(self.clock())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{outcome.node}.hpcops-{uuid.uuid4().hex[:12]}",
+                "namespace": self.settings.event_namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": outcome.node,
+                "uid": outcome.uid,
+            },
+            "reason": f"Handover{reason}",
+            "message": f"op {outcome.op}: {message}"[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "hpcops-slinky"},
+            "reportingComponent": "hpcops.io/handover",
+            "reportingInstance": self.settings.by[:128],
+            "firstTimestamp": now[:19] + "Z",
+            "lastTimestamp": now[:19] + "Z",
+            "count": 1,
+        }
+        try:
+            self.kube.event(body)
+        except KubernetesError as err:  # the handover goes on; the journal is the record
+            outcome.warnings.append(f"could not record the Event: {err}")
+
+
+def longest_grace(policy: Policy) -> float:
+    """The longest grace any partition of the policy gives."""
+    return float(
+        max(
+            [part.grace_s for part in policy.partitions.values()]
+            + [policy.default_partition.grace_s]
+        )
+    )
+
+
+def new_op() -> str:
+    """An operation id: when (for people) and a random part (for uniqueness)."""
+    return f"{int(time.time()):x}-{uuid.uuid4().hex[:6]}"

@@ -1,0 +1,412 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The handover planner: which pool nodes to lend to Slurm, which to reclaim, and why.
+
+PRIVATE to the collection: names here can change without notice.
+
+A pure function of its inputs (no I/O, no clock): views of the Kubernetes Nodes and Pods,
+of the Slurm nodes and their jobs, a policy and the time.  The same inputs give the same
+plan, so it can be tested without a cluster and printed in check mode.  The protocol it
+plans for is in docs/handover.md: nodes move free -> lending -> lent -> reclaiming -> free,
+recorded in a journal annotation on the Node.
+
+Rules, in order:
+
+* nodes outside the pool, or matching the never-touch selector, are never planned;
+* a node in ``lending`` or ``reclaiming`` is resumed before anything else is decided;
+* demand is the number of pool nodes the pending application pods need (first-fit on the
+  smallest pool node), plus the headroom of free nodes the site keeps for applications;
+* if fewer free idle nodes exist than that, lent nodes are reclaimed, cheapest first
+  (idle in Slurm, then the soonest end of their jobs, then the fewest jobs; nodes with
+  jobs of a ``wait`` partition last), never more than the shortfall;
+* otherwise idle free nodes beyond it are lent, within ``max_lent``; a node is lent only
+  if it is Ready, schedulable, runs no application pod, has been idle ``lend_min_idle_s``
+  and was not reclaimed within ``relend_cooldown_s``;
+* a run never lends and reclaims at once, and changes at most ``max_changes_per_run``
+  nodes (resumed nodes count).
+"""
+
+from __future__ import annotations
+
+import math
+import typing as t
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    UNDER_WAY,
+    EscalationPolicy,
+    JournalState,
+    Policy,
+    matches,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
+    NodeView,
+    PodView,
+    SlurmNodeView,
+    is_application_pod,
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    resume: tuple[Decision, ...]
+    lend: tuple[Decision, ...]
+    reclaim: tuple[Decision, ...]
+    left_alone: tuple[Decision, ...]
+    # Journal idle_since values to record: node -> time first seen idle, or None (busy).
+    idle_marks: Mapping[str, float | None]
+    demand_nodes: int
+    free_idle: int
+    lent: int
+
+    def as_dict(self) -> dict[str, t.Any]:
+        def rows(decisions: tuple[Decision, ...]) -> list[dict[str, str]]:
+            return [{"node": d.node, "reason": d.reason} for d in decisions]
+
+        return {
+            "resume": rows(self.resume),
+            "lend": rows(self.lend),
+            "reclaim": rows(self.reclaim),
+            "left_alone": rows(self.left_alone),
+            "idle_marks": dict(self.idle_marks),
+            "demand_nodes": self.demand_nodes,
+            "free_idle": self.free_idle,
+            "lent": self.lent,
+        }
+
+
+def demanded_nodes(
+    pending: Sequence[PodView], shape: tuple[int, int], limit: int | None = None
+) -> int:
+    """Nodes of `shape` (millicores, bytes) that the pending pods need, first-fit decreasing.
+
+    A pod larger than the shape still counts one node: it shows demand the pool may not meet.
+    Counting stops past `limit` (a plan never needs to know more than the pool can give).
+    """
+    if not pending:
+        return 0
+    smallest = (min(p.cpu_m for p in pending), min(p.memory_b for p in pending))
+    opened = 0
+    open_bins: list[list[int]] = []  # room left in bins that can still take the smallest pod
+    for pod in sorted(
+        pending, key=lambda p: (p.cpu_m, p.memory_b, p.namespace, p.name), reverse=True
+    ):
+        fit = next(
+            (
+                i
+                for i, room in enumerate(open_bins)
+                if pod.cpu_m <= room[0] and pod.memory_b <= room[1]
+            ),
+            None,
+        )
+        if fit is None:
+            opened += 1
+            if limit is not None and opened > limit:
+                return opened
+            open_bins.append([shape[0], shape[1]])
+            fit = len(open_bins) - 1
+        room = open_bins[fit]
+        room[0] = max(room[0] - pod.cpu_m, 0)
+        room[1] = max(room[1] - pod.memory_b, 0)
+        if room[0] < smallest[0] or room[1] < smallest[1]:
+            del open_bins[fit]  # full for every pod that is left
+    return opened
+
+
+def reclaim_cost(slurm: SlurmNodeView | None, policy: Policy) -> tuple[t.Any, ...]:
+    """Sort key: cheapest node to take back first."""
+    if slurm is None:
+        return (0, 0, 0.0, 0)
+    waits = any(
+        policy.partition(job.partition).escalation == EscalationPolicy.WAIT for job in slurm.jobs
+    )
+    busy = slurm.busy
+    ends = [job.end_time if job.end_time is not None else math.inf for job in slurm.jobs]
+    return (int(waits), int(busy), max(ends, default=0.0), len(slurm.jobs))
+
+
+def _classify(
+    nodes: Sequence[NodeView], policy: Policy
+) -> tuple[list[Decision], list[Decision], list[NodeView]]:
+    """(left alone, to resume, pool nodes free or lent), each sorted by name."""
+    left_alone: list[Decision] = []
+    resume: list[Decision] = []
+    pool: list[NodeView] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if not matches(node.labels, policy.pool_selector):
+            left_alone.append(Decision(node.name, "not in the lendable pool"))
+        elif policy.never_touch_selector and matches(node.labels, policy.never_touch_selector):
+            left_alone.append(Decision(node.name, "never-touch"))
+        elif node.journal.state == JournalState.CORRUPT:
+            left_alone.append(Decision(node.name, f"journal unreadable: {node.journal.reason}"))
+        elif node.journal.state in (JournalState.LENDING, JournalState.RECLAIMING):
+            op = node.journal.op or "?"
+            resume.append(Decision(node.name, f"finish the {node.journal.state} of op {op}"))
+        else:
+            pool.append(node)
+    return left_alone, resume, pool
+
+
+def pending_demand(pods: Sequence[PodView], policy: Policy) -> list[PodView]:
+    """Application pods the scheduler could not place, in the namespaces that count."""
+    return [
+        pod
+        for pod in pods
+        if not pod.node
+        and pod.phase == "Pending"
+        and pod.unschedulable
+        and is_application_pod(pod, policy)
+        and (not policy.demand_namespaces or pod.namespace in policy.demand_namespaces)
+        and matches(pod.labels, policy.demand_selector)
+    ]
+
+
+def _idle_marks(
+    free: Sequence[NodeView], busy: Mapping[str, int], now: float
+) -> dict[str, float | None]:
+    """Journal idle_since changes: set when a free node is first seen idle, cleared when busy."""
+    marks: dict[str, float | None] = {}
+    for node in free:
+        idle = busy.get(node.name, 0) == 0
+        if idle and node.journal.idle_since is None:
+            marks[node.name] = now
+        elif not idle and node.journal.idle_since is not None:
+            marks[node.name] = None
+    return marks
+
+
+def plan(
+    nodes: Sequence[NodeView],
+    pods: Sequence[PodView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+    now: float,
+) -> Plan:
+    """What one rebalance run does; see the module docstring for the rules."""
+    policy.check()
+    busy: dict[str, int] = {}
+    for pod in pods:
+        if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
+            busy[pod.node] = busy.get(pod.node, 0) + 1
+    left_alone, resume, pool = _classify(nodes, policy)
+    lent = [n for n in pool if n.journal.state == JournalState.LENT]
+    free = [n for n in pool if n.journal.state == JournalState.FREE]
+    free_idle = [n for n in free if busy.get(n.name, 0) == 0 and n.ready and not n.unschedulable]
+    pending = pending_demand(pods, policy)
+    shapes = [(n.cpu_m, n.memory_b) for n in pool if n.cpu_m and n.memory_b]
+    # More demand than free and lent nodes together changes nothing in the plan.
+    demand = demanded_nodes(pending, min(shapes) if shapes else (1, 1), len(pool) + len(resume))
+    wanted_free = demand + policy.headroom
+    budget = max(policy.max_changes_per_run - len(resume), 0)
+
+    lend: list[Decision] = []
+    reclaim: list[Decision] = []
+    if len(free_idle) < wanted_free:
+        take = min(wanted_free - len(free_idle), budget)
+        why = f"{demand} node(s) for {len(pending)} pending pod(s)" if demand else "headroom"
+        ranked = sorted(lent, key=lambda n: (reclaim_cost(slurm_nodes.get(n.name), policy), n.name))
+        for node in ranked[:take]:
+            reclaim.append(
+                Decision(node.name, f"{why}: {len(free_idle)} free idle, {wanted_free} wanted")
+            )
+        left_alone += [Decision(n.name, "lent; not needed back in this run") for n in ranked[take:]]
+        left_alone += [Decision(n.name, "free; the applications need the pool") for n in free]
+    else:
+        cap = math.floor(policy.max_lent_fraction * (len(pool) + len(resume)))
+        if policy.max_lent is not None:
+            cap = min(cap, policy.max_lent)
+        room = min(len(free_idle) - wanted_free, cap - len(lent) - len(resume), budget)
+        left_alone += [Decision(n.name, "lent") for n in lent]
+        for node in free:
+            blocker = lend_blocker(node, busy.get(node.name, 0), policy, now)
+            if blocker is None and len(lend) < room:
+                lend.append(
+                    Decision(node.name, f"idle; {wanted_free} of {len(free_idle)} free idle kept")
+                )
+            else:
+                left_alone.append(
+                    Decision(node.name, blocker or "kept free: headroom, max_lent or max_changes")
+                )
+
+    return Plan(
+        resume=tuple(resume),
+        lend=tuple(lend),
+        reclaim=tuple(reclaim),
+        left_alone=tuple(sorted(left_alone, key=lambda d: d.node)),
+        idle_marks=_idle_marks(free, busy, now),
+        demand_nodes=demand,
+        free_idle=len(free_idle),
+        lent=len(lent),
+    )
+
+
+def status_rows(
+    nodes: Sequence[NodeView],
+    pods: Sequence[PodView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+    now: float,
+) -> list[dict[str, t.Any]]:
+    """One row per pool node: its Kubernetes, journal and Slurm state, for status.yml."""
+    app_pods: dict[str, int] = {}
+    for pod in pods:
+        if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
+            app_pods[pod.node] = app_pods.get(pod.node, 0) + 1
+    rows = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if not matches(node.labels, policy.pool_selector):
+            continue
+        journal = node.journal
+        slurm = slurm_nodes.get(node.name)
+        in_state = now - journal.since if journal.since is not None else None
+        rows.append(
+            {
+                "node": node.name,
+                "kubernetes": "Ready" if node.ready else "NotReady",
+                "schedulable": not node.unschedulable,
+                "never_touch": bool(policy.never_touch_selector)
+                and matches(node.labels, policy.never_touch_selector),
+                "app_pods": app_pods.get(node.name, 0),
+                "journal": journal.state,
+                "op": journal.op,
+                "by": journal.by,
+                "reason": journal.reason,
+                "in_state_s": round(in_state) if in_state is not None else None,
+                "lent_for_s": round(in_state)
+                if in_state is not None and journal.state == JournalState.LENT
+                else None,
+                "deadline_in_s": round(journal.deadline - now)
+                if journal.deadline is not None and journal.state == JournalState.RECLAIMING
+                else None,
+                "slurm": "+".join(sorted(slurm.states - {""})) if slurm else "",
+                "jobs": [job.job_id for job in slurm.jobs] if slurm else [],
+            }
+        )
+    return rows
+
+
+def lend_blocker(node: NodeView, app_pods: int, policy: Policy, now: float) -> str | None:
+    """Why a free pool node may not be lent now, or None."""
+    if not node.ready:
+        return "not Ready"
+    if node.unschedulable:
+        return "cordoned"
+    if app_pods:
+        return f"runs {app_pods} application pod(s)"
+    idle_since = node.journal.idle_since if node.journal.idle_since is not None else now
+    if now - idle_since < policy.lend_min_idle_s:
+        return (
+            f"idle for {now - idle_since:.0f} s of the {policy.lend_min_idle_s} s lend_min_idle_s"
+        )
+    last = node.journal.last_reclaim
+    if last is not None and now - last < policy.relend_cooldown_s:
+        return (
+            f"reclaimed {now - last:.0f} s ago, within relend_cooldown_s {policy.relend_cooldown_s}"
+        )
+    return None
+
+
+# ---- what needs a person, or a clean-up: orphans and intruders ----------------------------
+
+
+class OrphanAction:
+    """What rebalance does next about an orphan."""
+
+    DRAIN: t.Final = "drain"
+    WAIT: t.Final = "wait"  # jobs still run on the drained node
+    REMOVE: t.Final = "remove"  # its Slurm record
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A Slurm node of a lendable NodeSet whose Kubernetes Node is gone."""
+
+    node: str
+    action: str  # one of OrphanAction
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "action": self.action, "reason": self.reason}
+
+
+def orphans(
+    nodes: Sequence[NodeView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    lendable_features: Iterable[str],
+) -> list[Orphan]:
+    """Slurm nodes of the lendable NodeSets (by their feature) with no Kubernetes Node.
+
+    A lent Node that was deleted (a machine retired, a cluster rebuilt) leaves its Slurm
+    node in the lendable partition, where jobs may still be placed. It is drained first
+    (jobs on it may finish), and its record removed once nothing runs there.
+    """
+    features = frozenset(lendable_features)
+    known = {node.name for node in nodes}
+    found = []
+    for name in sorted(slurm_nodes):
+        slurm = slurm_nodes[name]
+        if name in known or not slurm.features & features:
+            continue
+        state = "+".join(sorted(slurm.states - {""}))
+        if not slurm.kept_from_jobs:
+            action, why = OrphanAction.DRAIN, f"no Kubernetes Node; {state} in Slurm: drain it"
+        elif slurm.busy:
+            jobs = [job.job_id for job in slurm.jobs]
+            action, why = OrphanAction.WAIT, f"no Kubernetes Node; drained, jobs {jobs} still run"
+        else:
+            action = OrphanAction.REMOVE
+            why = f"no Kubernetes Node; {state} and idle: remove its record"
+        found.append(Orphan(name, action, why))
+    return found
+
+
+def application_pods_on_lent_nodes(
+    nodes: Sequence[NodeView], pods: Sequence[PodView], policy: Policy
+) -> list[dict[str, str]]:
+    """Application pods that run on a node lent to Slurm: they tolerate the lent taint and
+    share the node with Slurm jobs, which the handover never meant to happen."""
+    lent = {
+        node.name: node.journal.state
+        for node in nodes
+        if node.journal.state in UNDER_WAY and matches(node.labels, policy.pool_selector)
+    }
+    return [
+        {
+            "pod": f"{pod.namespace}/{pod.name}",
+            "node": pod.node,
+            "journal": lent[pod.node],
+            "advice": "it tolerates the lent taint and shares the node with Slurm jobs: "
+            "remove that toleration from its workload, or reclaim the node",
+        }
+        for pod in sorted(pods, key=lambda p: (p.namespace, p.name))
+        if pod.node in lent
+        and pod.phase in ("Pending", "Running")
+        and is_application_pod(pod, policy)
+    ]
+
+
+def attention(orphaned: Sequence[Orphan], apps_on_lent: Sequence[Mapping[str, str]]) -> list[str]:
+    """One line per orphan and per application pod on a lent node, with what to do."""
+    todo = {
+        OrphanAction.DRAIN: "rebalance.yml drains it, then removes its record once no job runs there",
+        OrphanAction.WAIT: "rebalance.yml removes its record once its jobs end",
+        OrphanAction.REMOVE: "rebalance.yml removes its record",
+    }
+    lines = [
+        f"orphaned Slurm node {orphan.node}: {orphan.reason}; {todo[orphan.action]}"
+        for orphan in orphaned
+    ]
+    lines += [
+        f"application pod {app['pod']} runs on lent node {app['node']} ({app['journal']}): "
+        f"{app['advice']}"
+        for app in apps_on_lent
+    ]
+    return lines

@@ -1,0 +1,201 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Kubernetes side of the handover modules, through kubernetes.core's own client.
+
+PRIVATE to the collection: names here can change without notice.
+
+kubernetes.core builds the client (kubeconfig, context, in-cluster service account, the
+K8S_AUTH_* environment) exactly as its modules do; this file only turns its errors into
+one exception the modules report cleanly, and its objects into plain dicts.
+"""
+
+from __future__ import annotations
+
+import base64
+import typing as t
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
+
+try:
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import (
+        get_api_client,
+    )
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import (
+        CoreException,
+    )
+
+    HAS_KUBERNETES_CORE = True
+except ImportError:  # the collection, or the kubernetes Python library, is missing
+    HAS_KUBERNETES_CORE = False
+
+try:
+    from kubernetes.dynamic.exceptions import DynamicApiError
+except ImportError:
+    DynamicApiError = Exception  # only caught below
+
+
+class KubernetesError(Exception):
+    """A Kubernetes call failed; the message says which and why."""
+
+
+def kubernetes_argspec() -> ArgumentSpec:
+    """The options of the doc fragment hpcops.slinky.kubernetes."""
+    return ArgumentSpec({"kubeconfig": {"type": "path"}, "context": {"type": "str"}})
+
+
+def kubernetes_client(kubeconfig: str | None = None, context: str | None = None) -> t.Any:
+    """kubernetes.core's dynamic client for these settings (or its defaults)."""
+    if not HAS_KUBERNETES_CORE:
+        raise KubernetesError(
+            "the kubernetes.core collection and the kubernetes Python library are needed: "
+            "ansible-galaxy collection install kubernetes.core; pip install kubernetes"
+        )
+    auth = {
+        key: value for key, value in (("kubeconfig", kubeconfig), ("context", context)) if value
+    }
+    try:
+        return get_api_client(**auth)
+    except CoreException as err:
+        raise KubernetesError(f"cannot reach the cluster: {err}") from None
+
+
+def list_objects(
+    client: t.Any, api_version: str, kind: str, namespace: str | None = None, **selectors: str
+) -> list[dict[str, t.Any]]:
+    """Every object of a kind (in a namespace), as dicts."""
+    try:
+        resource = client.resource(kind, api_version)
+        listed = client.get(resource, namespace=namespace, **selectors)
+    except (CoreException, DynamicApiError) as err:
+        raise KubernetesError(f"cannot list {kind} ({api_version}): {_reason(err)}") from None
+    items: list[dict[str, t.Any]] = listed.to_dict().get("items", [])
+    return items
+
+
+def _reason(err: Exception) -> str:
+    """The apiserver's own message where there is one (it names the field at fault)."""
+    status = getattr(err, "status", None)
+    summary = getattr(err, "summary", None)
+    reason = summary() if callable(summary) else getattr(err, "reason", None) or str(err)
+    return f"HTTP {status}: {reason}" if status else str(reason)
+
+
+class Conflict(KubernetesError):
+    """Somebody else changed the object since it was read (HTTP 409)."""
+
+
+def _status(err: Exception) -> int | None:
+    status = getattr(err, "status", None)
+    return int(status) if isinstance(status, int) else None
+
+
+def get_object(
+    client: t.Any, api_version: str, kind: str, name: str, namespace: str | None = None
+) -> dict[str, t.Any] | None:
+    """One object as a dict, or None when it does not exist."""
+    try:
+        resource = client.resource(kind, api_version)
+        found = client.get(resource, name=name, namespace=namespace)
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 404:
+            return None
+        raise KubernetesError(f"cannot read {kind} {name}: {_reason(err)}") from None
+    obj: dict[str, t.Any] = found.to_dict()
+    return obj
+
+
+def write_object(client: t.Any, body: dict[str, t.Any], *, create: bool) -> dict[str, t.Any]:
+    """Create `body`, or replace it with the resourceVersion it carries; Conflict on a race."""
+    meta = body["metadata"]
+    try:
+        resource = client.resource(body["kind"], body["apiVersion"])
+        if create:
+            written = client.create(resource, body, namespace=meta.get("namespace"))
+        else:
+            written = client.replace(
+                resource, body, name=meta["name"], namespace=meta.get("namespace")
+            )
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 409:
+            raise Conflict(f"{body['kind']} {meta['name']} changed meanwhile") from None
+        raise KubernetesError(
+            f"cannot write {body['kind']} {meta['name']}: {_reason(err)}"
+        ) from None
+    obj: dict[str, t.Any] = written.to_dict()
+    return obj
+
+
+def delete_object(
+    client: t.Any,
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    resource_version: str,
+) -> None:
+    """Delete an object only if it is still the version read; Conflict otherwise."""
+    options = {"preconditions": {"resourceVersion": resource_version}}
+    try:
+        resource = client.resource(kind, api_version)
+        client.delete(resource, name=name, namespace=namespace, body=options)
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 409:
+            raise Conflict(f"{kind} {name} changed meanwhile") from None
+        if _status(err) == 404:
+            return
+        raise KubernetesError(f"cannot delete {kind} {name}: {_reason(err)}") from None
+
+
+def patch_object(
+    client: t.Any,
+    api_version: str,
+    kind: str,
+    name: str,
+    patch: dict[str, t.Any],
+    namespace: str | None = None,
+) -> dict[str, t.Any]:
+    """A JSON merge patch; one that carries metadata.resourceVersion is refused (Conflict)
+    when the object changed since that version was read."""
+    try:
+        resource = client.resource(kind, api_version)
+        patched = client.patch(
+            resource,
+            patch,
+            name=name,
+            namespace=namespace,
+            content_type="application/merge-patch+json",
+        )
+    except (CoreException, DynamicApiError) as err:
+        if _status(err) == 409:
+            raise Conflict(f"{kind} {name} changed meanwhile") from None
+        raise KubernetesError(f"cannot patch {kind} {name}: {_reason(err)}") from None
+    obj: dict[str, t.Any] = patched.to_dict()
+    return obj
+
+
+def secret_ref_spec(default_key: str) -> dict[str, t.Any]:
+    """The options of a reference to one key of a Secret."""
+    return {
+        "type": "dict",
+        "options": {
+            "namespace": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "key": {"type": "str", "default": default_key, "no_log": False},
+        },
+    }
+
+
+def secret_value(client: t.Any, ref: t.Mapping[str, str]) -> str:
+    """The text of one key of a Secret; KubernetesError naming the Secret when it is not there."""
+    where = f"Secret {ref['namespace']}/{ref['name']}"
+    secret = get_object(client, "v1", "Secret", ref["name"], ref["namespace"])
+    if secret is None:
+        raise KubernetesError(f"{where} does not exist")
+    encoded = (secret.get("data") or {}).get(ref["key"])
+    if not encoded:
+        raise KubernetesError(f"{where} has no key {ref['key']} (yet)")
+    try:
+        return base64.b64decode(encoded).decode("utf-8").strip()
+    except (ValueError, UnicodeDecodeError):
+        raise KubernetesError(f"{where}: key {ref['key']} is not text") from None

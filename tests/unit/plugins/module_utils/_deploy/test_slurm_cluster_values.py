@@ -1,0 +1,453 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The slurm chart's values from node pools: pure function, no cluster needed."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
+    ChartSourceError,
+    chart_args,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+    ConfigError,
+    build_values,
+    cgroup_conf,
+    gres_type,
+    mcs_settings,
+)
+
+
+def node(
+    name: str, pool: str, gpus: int = 0, product: str = "NVIDIA-A100-SXM4-80GB"
+) -> dict[str, t.Any]:
+    labels = {"hpcops.io/pool": pool}
+    allocatable: dict[str, str] = {"cpu": "32"}
+    if gpus:
+        labels["nvidia.com/gpu.product"] = product
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    return {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": allocatable}}
+
+
+NODES = [
+    node("int01", "interactive"),
+    node("gpu01", "interactive", 4),
+    node("gpu02", "interactive", 8, "NVIDIA-H100-80GB-HBM3"),
+    node("hpc01", "slurm"),
+    node("hpc02", "slurm"),
+]
+SETTINGS: dict[str, t.Any] = {
+    "name": "site",
+    "slurm_version": "26.05",
+    "chart_version": "1.1.0",
+    "pools": {
+        "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
+        "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
+    },
+    "backfill": {"max_time": "2:00:00", "grace_time_s": 60, "priority_tier": 1},
+    "cgroup": {"CgroupPlugin": "autodetect", "ConstrainCores": True, "ConstrainSwapSpace": False},
+    "mcs": "label:enforced,select",
+}
+
+
+def test_one_nodeset_per_gpu_product_in_a_mixed_pool() -> None:
+    nodesets = build_values(SETTINGS, NODES)["nodesets"]
+    assert sorted(nodesets) == [
+        "hpc",
+        "interactive",
+        "interactive-a100",
+        "interactive-h100",
+        "slinky",
+    ]
+    assert nodesets["slinky"] == {"enabled": False}
+    assert nodesets["interactive-a100"]["extraConfMap"] == {"Gres": ["gpu:a100:4"]}
+    assert nodesets["interactive-h100"]["extraConfMap"] == {"Gres": ["gpu:h100:8"]}
+    plain = nodesets["interactive"]["podSpec"]
+    excluded = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert excluded["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-H100-80GB-HBM3",
+    ]
+
+
+def test_lendable_pool_follows_the_lent_label_and_tolerates_the_taint() -> None:
+    lent = build_values(SETTINGS, NODES)["nodesets"]["interactive-a100"]
+    assert lent["scalingMode"] == "DaemonSet"
+    assert lent["podSpec"]["nodeSelector"]["hpcops.io/slurm-lent"] == "true"
+    assert lent["podSpec"]["tolerations"] == [
+        {"key": "hpcops.io/lent", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_dedicated_pool_is_a_statefulset_with_one_replica_per_node() -> None:
+    hpc = build_values(SETTINGS, NODES)["nodesets"]["hpc"]
+    assert (hpc["scalingMode"], hpc["replicas"]) == ("StatefulSet", 2)
+    assert not hpc["podSpec"]["tolerations"]
+
+
+def test_partitions_batch_and_backfill() -> None:
+    partitions = build_values(SETTINGS, NODES)["partitions"]
+    assert partitions["all"] == {"enabled": False}
+    assert partitions["batch"]["nodesets"] == ["hpc"]
+    assert partitions["batch"]["configMap"] == {
+        "State": "UP",
+        "Default": "YES",
+        "MaxTime": "UNLIMITED",
+        "PriorityTier": "10",
+        "PreemptMode": "OFF",
+    }
+    backfill = partitions["backfill"]
+    assert backfill["nodesets"] == ["interactive", "interactive-a100", "interactive-h100"]
+    assert backfill["configMap"] == {
+        "State": "UP",
+        "PriorityTier": "1",
+        "PreemptMode": "REQUEUE",
+        "MaxTime": "2:00:00",
+        "GraceTime": "60",
+    }
+
+
+@pytest.mark.parametrize(
+    ("batch", "backfill", "variable"),
+    [
+        ({"priority_tier": 1}, {"priority_tier": 1}, "slurm_cluster_backfill.priority_tier"),
+        ({"priority_tier": 5}, {"priority_tier": 9}, "slurm_cluster_backfill.priority_tier"),
+        ({"priority_tier": -1}, {}, "slurm_cluster_batch.priority_tier"),
+        ({"priority_tier": "high"}, {}, "slurm_cluster_batch.priority_tier"),
+    ],
+)
+def test_backfill_tier_must_be_below_batch(
+    batch: dict[str, t.Any], backfill: dict[str, t.Any], variable: str
+) -> None:
+    # Equal tiers make partition_prio preemption a no-op: backfill jobs would keep the nodes.
+    with pytest.raises(ConfigError, match=variable.replace(".", r"\.")):
+        build_values({**SETTINGS, "batch": batch, "backfill": backfill}, NODES)
+
+
+def test_slurm_conf_restated_for_chart_1_2_only() -> None:
+    conf_11 = build_values(SETTINGS, NODES)["controller"]["extraConfMap"]
+    conf_12 = build_values({**SETTINGS, "chart_version": "1.2.1"}, NODES)["controller"][
+        "extraConfMap"
+    ]
+    assert "ProctrackType" not in conf_11  # chart 1.1 writes it itself
+    assert conf_12["ProctrackType"] == "proctrack/cgroup"
+    assert conf_12["GresTypes"] == "gpu"
+    assert conf_11["MCSPlugin"] == "mcs/label"
+    assert conf_11["PreemptType"] == "preempt/partition_prio"
+
+
+def test_same_input_same_values() -> None:
+    assert build_values(SETTINGS, NODES) == build_values(SETTINGS, list(reversed(NODES)))
+
+
+def test_cgroup_conf_booleans_and_unknown_keys() -> None:
+    assert cgroup_conf({"ConstrainCores": True, "AllowedSwapSpace": 0}, (26, 5)) == (
+        "ConstrainCores=yes\nAllowedSwapSpace=0\n"
+    )
+    with pytest.raises(ConfigError, match=r"slurm_cluster_cgroup\.TaskAffinity"):
+        cgroup_conf({"TaskAffinity": True}, (26, 5))
+    with pytest.raises(ConfigError, match="slurm_cluster_slurm_version"):
+        cgroup_conf({}, (23, 2))
+
+
+@pytest.mark.parametrize(
+    ("setting", "accounting", "release", "expected"),
+    [
+        ("none", False, (26, 5), {}),
+        ("label", False, (26, 5), {"MCSPlugin": "mcs/label", "MCSParameters": "enforced,select"}),
+        (
+            "mcs/group:ondemand,noselect",
+            False,
+            (24, 11),
+            {"MCSPlugin": "mcs/group", "MCSParameters": "ondemand,noselect"},
+        ),
+        (
+            "account:enforced,select,privatedata",
+            True,
+            (26, 5),
+            {"MCSPlugin": "mcs/account", "MCSParameters": "enforced,select,privatedata"},
+        ),
+    ],
+)
+def test_mcs_settings(
+    setting: str, accounting: bool, release: tuple[int, int], expected: dict[str, str]
+) -> None:
+    assert mcs_settings(setting, accounting, release) == expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "accounting", "release", "message"),
+    [
+        ("tenant", False, (26, 5), "unknown MCS plugin"),
+        ("account", False, (26, 5), "needs Slurm accounting"),
+        ("label", False, (24, 5), "24.11 or newer"),
+        ("user:select,noselect", False, (26, 5), "contradict"),
+        ("none:enforced", False, (26, 5), "takes no parameters"),
+        ("group:strict", False, (26, 5), "unknown MCS parameters"),
+    ],
+)
+def test_mcs_refusals(
+    setting: str, accounting: bool, release: tuple[int, int], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        mcs_settings(setting, accounting, release)
+    assert err.value.variable == "slurm_cluster_mcs"
+
+
+def test_gres_type_names() -> None:
+    assert gres_type("NVIDIA-A100-SXM4-80GB", {}) == "a100"
+    assert gres_type("Tesla-V100-SXM2-16GB", {}) == "v100"
+    assert gres_type("NVIDIA-A100-SXM4-80GB", {"NVIDIA-A100-SXM4-80GB": "a100_80g"}) == "a100_80g"
+
+
+def test_pool_values_override_what_the_role_builds() -> None:
+    settings = {
+        **SETTINGS,
+        "pools": {
+            **SETTINGS["pools"],
+            "hpc": {
+                **SETTINGS["pools"]["hpc"],
+                "values": {"slurmd": {"resources": {"limits": {"cpu": 30}}}},
+            },
+        },
+    }
+    hpc = build_values(settings, NODES)["nodesets"]["hpc"]
+    assert hpc["slurmd"]["resources"] == {"limits": {"cpu": 30}}
+    assert hpc["slurmd"]["image"]["repository"] == "ghcr.io/slinkyproject/slurmd"
+
+
+@pytest.mark.parametrize(
+    ("source", "version", "expected"),
+    [
+        (
+            {"oci": "oci://mirror.example/charts/slurm"},
+            "1.1.0",
+            {
+                "chart_ref": "oci://mirror.example/charts/slurm",
+                "chart_repo_url": None,
+                "chart_version": "1.1.0",
+            },
+        ),
+        (
+            {"repo": "https://helm.ngc.nvidia.com/nvidia", "name": "gpu-operator"},
+            "v25.3.0",
+            {
+                "chart_ref": "gpu-operator",
+                "chart_repo_url": "https://helm.ngc.nvidia.com/nvidia",
+                "chart_version": "v25.3.0",
+            },
+        ),
+        (
+            {"path": "/srv/mirror/slurm-1.1.0.tgz"},
+            "1.1.0",
+            {
+                "chart_ref": "/srv/mirror/slurm-1.1.0.tgz",
+                "chart_repo_url": None,
+                "chart_version": None,
+            },
+        ),
+    ],
+)
+def test_chart_sources(source: dict[str, str], version: str, expected: dict[str, t.Any]) -> None:
+    assert chart_args(source, version, "slurm_cluster_chart") == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({}, "found none"),
+        ({"oci": "oci://a/b", "path": "/c"}, "found \\['oci', 'path'\\]"),
+        ({"oci": "https://a/b"}, "does not start with oci://"),
+        ({"repo": "https://a"}, "needs the chart's name"),
+        ({"path": "/a", "name": "b"}, "name goes with repo only"),
+        ({"url": "x"}, "unknown keys"),
+        ("oci://a/b", "expected a mapping"),
+    ],
+)
+def test_bad_chart_sources(source: t.Any, message: str) -> None:
+    with pytest.raises(ChartSourceError, match=message) as err:
+        chart_args(source, "1.1.0", "slurm_cluster_chart")
+    assert err.value.variable == "slurm_cluster_chart"
+    assert "exactly one of" in str(err.value)
+
+
+def test_every_log_sidecar_uses_the_site_image() -> None:
+    """The chart's slurmctld log sidecar defaults to alpine:latest: unpinned, not mirrored."""
+    mirror = {"repository": "mirror.site/library/busybox", "tag": "1.38"}
+    values = build_values({**SETTINGS, "logfile_image": mirror}, NODES)
+    assert values["controller"]["logfile"] == {"image": mirror}
+    assert {
+        n["logfile"]["image"]["repository"] for n in values["nodesets"].values() if n.get("enabled")
+    } == {mirror["repository"]}
+    # Unset, still pinned (the chart's own is alpine:latest).
+    assert build_values(SETTINGS, NODES)["controller"]["logfile"]["image"]["tag"] == "3.22"
+    with pytest.raises(ConfigError, match="slurm_cluster_logfile_image"):
+        build_values({**SETTINGS, "logfile_image": "busybox"}, NODES)
+
+
+# ---- one values builder, two Slinky lines (issue 18's findings) -------------------------
+
+LINE_12 = {**SETTINGS, "chart_version": "1.2.2"}
+
+
+def sized(name: str, pool: str, cpus: str, memory: str, gpus: int = 0) -> dict[str, t.Any]:
+    obj = node(name, pool, gpus)
+    obj["status"]["allocatable"] |= {"cpu": cpus, "memory": memory}
+    return obj
+
+
+def test_gres_conf_maps_gpus_to_devices_on_both_lines() -> None:
+    # 1.2 stopped writing gres.conf: Gres=gpu:<type>:<n> then had no device files.
+    for settings in (SETTINGS, LINE_12):
+        assert build_values(settings, NODES)["configFiles"]["gres.conf"] == "AutoDetect=nvidia\n"
+    cpu_only = [n for n in NODES if "gpu" not in n["metadata"]["name"]]
+    assert "gres.conf" not in build_values(LINE_12, cpu_only)["configFiles"]
+    with pytest.raises(ConfigError, match="slurm_cluster_gres_autodetect"):
+        build_values({**LINE_12, "gres_autodetect": "full"}, NODES)
+
+
+def test_line_1_2_restates_what_its_operator_no_longer_writes() -> None:
+    conf = build_values(LINE_12, NODES)["controller"]["extraConfMap"]
+    assert conf["SlurmctldParameters"] == "enable_stepmgr"  # the operator merges its own in
+    assert conf["CommunicationParameters"] == "block_null_hash"
+    assert conf["LogTimeFormat"] == "iso8601,format_stderr"
+    assert conf["JobAcctGatherType"] == "jobacct_gather/cgroup"
+    # slurm.conf(5) of 24.11 to 26.05: "stack task/cgroup,task/affinity".
+    assert conf["TaskPlugin"] == "task/cgroup,task/affinity"
+    assert "AccountingStorageTRES" not in conf
+    with_accounting = build_values({**LINE_12, "accounting": True}, NODES)
+    assert with_accounting["controller"]["extraConfMap"]["AccountingStorageTRES"] == "gres/gpu"
+    disabled = {**LINE_12, "cgroup": {"CgroupPlugin": "disabled"}}
+    plain = build_values(disabled, NODES)["controller"]["extraConfMap"]
+    assert (plain["ProctrackType"], plain["TaskPlugin"]) == ("proctrack/linuxproc", "task/affinity")
+    assert "SlurmctldParameters" not in plain
+
+
+def test_taint_kube_nodes_only_on_line_1_1() -> None:
+    assert build_values(SETTINGS, NODES)["nodesets"]["hpc"]["taintKubeNodes"] is False
+    nodesets = build_values(LINE_12, NODES)["nodesets"]
+    assert all("taintKubeNodes" not in nodeset for nodeset in nodesets.values())
+    for settings, variable in (
+        (
+            {**LINE_12, "nodeset_defaults": {"taintKubeNodes": False}},
+            "slurm_cluster_nodeset_defaults",
+        ),
+        (
+            {**LINE_12, "values": {"nodesets": {"hpc": {"taintKubeNodes": True}}}},
+            "slurm_cluster_values.nodesets.hpc",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=rf"{variable}\.taintKubeNodes: Slinky 1\.2"):
+            build_values(settings, NODES)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("pinToNode", True),
+        ("pruneSlurmNodeRecords", "NodeNotFound"),
+        ("oversubscribeNode", True),
+        ("updateStrategy", {"scheduledUpdate": {"startTime": "02:00"}}),
+    ],
+)
+def test_fields_of_line_1_2_refused_on_1_1(field: str, value: t.Any) -> None:
+    pools = {**SETTINGS["pools"], "hpc": {**SETTINGS["pools"]["hpc"], "values": {field: value}}}
+    with pytest.raises(
+        ConfigError, match=rf"slurm_cluster_pools\.hpc\.values\.{field}.*needs Slinky 1\.2"
+    ):
+        build_values({**SETTINGS, "pools": pools}, NODES)
+    assert build_values({**LINE_12, "pools": pools}, NODES)["nodesets"]["hpc"][field] == value
+
+
+def test_inplace_reconfigure_is_set_on_1_2_and_refused_on_1_1() -> None:
+    assert build_values(LINE_12, NODES)["controller"]["inplaceReconfigure"] is False
+    on = build_values({**LINE_12, "inplace_reconfigure": True}, NODES)
+    assert on["controller"]["inplaceReconfigure"] is True
+    assert "inplaceReconfigure" not in build_values(SETTINGS, NODES)["controller"]
+    with pytest.raises(ConfigError, match="slurm_cluster_inplace_reconfigure"):
+        build_values({**SETTINGS, "inplace_reconfigure": True}, NODES)
+
+
+def test_chart_defaults_switched_off_on_1_1_only() -> None:
+    old, new = build_values(SETTINGS, NODES), build_values(LINE_12, NODES)
+    assert old["nodesets"]["slinky"] == {"enabled": False}
+    assert old["partitions"]["all"] == {"enabled": False}
+    assert "slinky" not in new["nodesets"] and "all" not in new["partitions"]
+    assert new["loginsetDefaults"]["initconf"]["image"] == new["controller"]["logfile"]["image"]
+
+
+def test_unsupported_chart_versions_are_refused() -> None:
+    for version in ("1.0.5", "1.3.0", "1.2.9", "latest"):
+        with pytest.raises(ConfigError, match=r"slurm_cluster_chart_version.*1\.1\.0, 1\.1\.1"):
+            build_values({**SETTINGS, "chart_version": version}, NODES)
+
+
+def test_autoscaling_makes_a_service_monitor_prometheus_can_find() -> None:
+    pools = {
+        **SETTINGS["pools"],
+        "hpc": {**SETTINGS["pools"]["hpc"], "autoscale": {"max_replicas": 2}},
+    }
+    scaled = {**LINE_12, "pools": pools, "service_monitor_labels": {"release": "prometheus"}}
+    metrics = build_values(scaled, NODES)["controller"]["metrics"]
+    assert metrics["enabled"] is True
+    assert metrics["serviceMonitor"] == {"enabled": True, "labels": {"release": "prometheus"}}
+    off = build_values({**scaled, "service_monitor": False}, NODES)["controller"]["metrics"]
+    assert (off["enabled"], off["serviceMonitor"]["enabled"]) == (True, False)
+    none = build_values(LINE_12, NODES)["controller"]["metrics"]
+    assert (none["enabled"], none["serviceMonitor"]["enabled"]) == (False, False)
+
+
+def test_jobs_without_mem_get_a_share_of_the_node_per_cpu() -> None:
+    nodes = [
+        sized("hpc01", "slurm", "128", "515697884Ki"),  # 503611 MiB
+        sized("hpc02", "slurm", "64", "256Gi"),
+        sized("int01", "interactive", "2", "24Gi"),
+    ]
+    partitions = build_values(LINE_12, nodes)["partitions"]
+    # The smallest memory per CPU of the pool's nodes, so a job on every CPU still fits.
+    assert partitions["batch"]["configMap"]["DefMemPerCPU"] == str(min(503611 // 128, 4096))
+    assert partitions["backfill"]["configMap"]["DefMemPerCPU"] == "12288"
+    pools = {
+        "hpc": {**SETTINGS["pools"]["hpc"], "default_mem_per_cpu_mib": 2000},
+        "interactive": {
+            **SETTINGS["pools"]["interactive"],
+            "values": {"slurmd": {"resources": {"limits": {"cpu": "1500m", "memory": "4Gi"}}}},
+        },
+    }
+    partitions = build_values({**LINE_12, "pools": pools}, nodes)["partitions"]
+    assert partitions["batch"]["configMap"]["DefMemPerCPU"] == "2000"
+    assert partitions["backfill"]["configMap"]["DefMemPerCPU"] == "4096"  # 4 GiB / 1 whole CPU
+    site_wide = build_values({**LINE_12, "slurm_conf": {"DefMemPerNode": 1000}}, nodes)
+    assert "DefMemPerCPU" not in site_wide["partitions"]["batch"]["configMap"]
+    none = {
+        "hpc": {**SETTINGS["pools"]["hpc"], "default_mem_per_cpu_mib": 0},
+        "interactive": pools["interactive"],
+    }
+    assert (
+        "DefMemPerCPU"
+        not in build_values({**LINE_12, "pools": none}, nodes)["partitions"]["batch"]["configMap"]
+    )
+    with pytest.raises(ConfigError, match=r"slurm_cluster_pools\.hpc\.default_mem_per_cpu_mib"):
+        build_values(
+            {
+                **LINE_12,
+                "pools": {**pools, "hpc": {**pools["hpc"], "default_mem_per_cpu_mib": "lots"}},
+            },
+            nodes,
+        )
+
+
+def test_priority_tier_zero_reaches_slurm_conf() -> None:
+    # The chart drops falsy values (`if $val`): an int 0 never became PriorityTier=0.
+    values = build_values(
+        {**LINE_12, "backfill": {**SETTINGS["backfill"], "priority_tier": 0}}, NODES
+    )
+    assert values["partitions"]["backfill"]["configMap"]["PriorityTier"] == "0"
+    assert values["partitions"]["backfill"]["configMap"]["GraceTime"] == "60"
+    site = build_values(
+        {**LINE_12, "slurm_conf": {"MaxArraySize": 0, "EnforcePartLimits": False}}, NODES
+    )
+    assert site["controller"]["extraConfMap"]["MaxArraySize"] == "0"
+    assert site["controller"]["extraConfMap"]["EnforcePartLimits"] == "NO"

@@ -1,0 +1,218 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The run summary and its Prometheus metrics (module_utils/_handover/report.py)."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report import (
+    metrics_text,
+    run_summary,
+    summary_line,
+)
+
+# What node_handover returns for a reclaim that freed int01, one blocked by a `wait` job
+# (int02), a node that was already free (int03) and a lend of int04.
+RECLAIMED = {
+    "nodes": [
+        {
+            "node": "int01",
+            "result": "free",
+            "steps": ["journal", "drain", "drained", "unlabel", "pod_gone", "free"],
+            "seconds": 1.84,
+        },
+        {
+            "node": "int02",
+            "result": "blocked",
+            "steps": ["journal", "drain"],
+            "message": "jobs 41 of partition long (escalation wait) still run",
+            "seconds": 0.4,
+        },
+        {"node": "int03", "result": "free", "steps": [], "message": "not lent", "seconds": 0.01},
+    ]
+}
+LENT = {
+    "nodes": [
+        {"node": "int04", "result": "lent", "steps": ["taint", "recheck", "label", "registered"]},
+        {"node": "int05", "result": "lent", "steps": [], "message": "already lent"},
+    ]
+}
+POOL = [
+    {"node": "int01", "journal": "free"},
+    {"node": "int02", "journal": "reclaiming"},
+    {"node": "int03", "journal": "free"},
+    {"node": "int04", "journal": "lent"},
+    {"node": "int05", "journal": "lent"},
+]
+
+
+def summary(**overrides: t.Any) -> dict[str, t.Any]:
+    args: dict[str, t.Any] = {
+        "run_id": "mgmt01-0a1b2c3d",
+        "started": 1_790_000_000.0,
+        "finished": 1_790_000_004.25,
+        "handovers": [None, RECLAIMED, LENT],
+        "lease": {"acquired": True, "holder": "mgmt01-0a1b2c3d"},
+        "pool": POOL,
+    }
+    args.update(overrides)
+    return run_summary(**args)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(name, sorted labels) -> value, parsed by Prometheus' own client parser."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type == "gauge", family.name
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_the_summary_counts_what_the_run_did_not_where_nodes_were() -> None:
+    got = summary()
+    assert got["returned"] == ["int01"]  # int03 was already free: not counted
+    assert got["lent"] == ["int04"]  # int05 was already lent: not counted
+    assert got["blocked"] == ["int02"]
+    assert got["blocked_reasons"] == {
+        "int02": "jobs 41 of partition long (escalation wait) still run"
+    }
+    assert got["reclaim_seconds"] == {"int01": 1.84}
+    assert got["pool"] == {"free": 2, "lending": 0, "lent": 2, "reclaiming": 1}
+    assert got["duration_s"] == 4.25
+    assert got["acted"] and got["success"] and got["errors"] == []
+
+
+def test_failed_nodes_and_the_run_error_are_errors() -> None:
+    failed = {
+        "nodes": [{"node": "int06", "result": "failed", "message": "slurmd did not register"}],
+        "failed": True,
+    }
+    got = summary(handovers=[failed], errors=["", "Lend idle nodes to Slurm: 1 node failed"])
+    assert not got["success"]
+    assert got["errors"] == [
+        "Lend idle nodes to Slurm: 1 node failed",
+        "int06: slurmd did not register",
+    ]
+    assert "errors: Lend idle nodes" in summary_line(got)
+
+
+def test_a_run_that_found_the_lease_held_says_who_has_it() -> None:
+    got = summary(handovers=[], lease={"acquired": False, "holder": "cronjob-29412-abc"})
+    assert not got["acted"] and got["lease_holder"] == "cronjob-29412-abc"
+    assert summary_line(got) == "changed nothing: cronjob-29412-abc holds the Lease"
+    assert samples(metrics_text(got))[("hpcops_slinky_handover_last_run_acted", ())] == 0
+
+
+def test_a_run_that_failed_before_the_lease_did_not_act() -> None:
+    got = summary(handovers=[], lease={}, pool=None, errors=["Read the token Secret: 403"])
+    assert not got["acted"] and not got["success"]
+    assert got["outcome"] == "failed"
+    assert got["pool_nodes"] is None and got["pool"] is None
+    assert summary_line(got) == "changed nothing; errors: Read the token Secret: 403"
+
+
+def test_a_pool_that_could_not_be_read_is_unknown_not_empty() -> None:
+    got = summary(pool=None, warnings=["the pool could not be read after the run: 502"])
+    assert got["pool"] is None and got["pool_nodes"] is None
+    assert "(pool: unknown); warnings: the pool could not be read" in summary_line(got)
+    assert got["success"] and got["outcome"] == "blocked"  # the run's own result stands
+    assert "(pool: empty)" in summary_line(summary(pool=[]))
+    # No pool samples at all, rather than zeros that would read as an empty pool.
+    assert not [k for k in samples(metrics_text(got)) if k[0].endswith("_pool_nodes")]
+
+
+@pytest.mark.parametrize(
+    ("action", "requested", "handovers", "lease", "errors", "outcome"),
+    [
+        ("reclaim", ["int01"], [{"nodes": RECLAIMED["nodes"][:1]}], None, [], "done"),
+        ("reclaim", ["int01", "int02"], [RECLAIMED], None, [], "blocked"),
+        ("lend", ["int04", "int05"], [LENT], None, [], "done"),
+        ("lend", ["int04", "int09"], [LENT], None, [], "incomplete"),
+        (
+            "lend",
+            ["int07"],
+            [{"nodes": [{"node": "int07", "result": "rolled_back", "steps": ["taint", "free"]}]}],
+            None,
+            [],
+            "incomplete",
+        ),
+        ("reclaim", ["int01"], [RECLAIMED], None, ["Reclaim: 502"], "failed"),
+        ("reclaim", ["int01"], [], {"acquired": False, "holder": "cron-1"}, [], "lease_held"),
+        ("rebalance", [], [], {"acquired": False, "holder": "cron-1"}, [], "lease_held"),
+        ("rebalance", [], [LENT], None, [], "done"),
+    ],
+)
+def test_the_outcome_says_whether_the_run_did_what_it_was_asked(
+    action: str,
+    requested: list[str],
+    handovers: list[t.Any],
+    lease: t.Any,
+    errors: list[str],
+    outcome: str,
+) -> None:
+    got = summary(
+        action=action, requested=requested, handovers=handovers, lease=lease, errors=errors
+    )
+    assert got["outcome"] == outcome
+    assert got["action"] == action and got["requested"] == requested
+
+
+def test_the_summary_lists_where_each_node_ended() -> None:
+    assert summary()["nodes"] == {
+        "int01": "free",
+        "int02": "blocked",
+        "int03": "free",
+        "int04": "lent",
+        "int05": "lent",
+    }
+
+
+def test_the_line_says_what_changed() -> None:
+    assert summary_line(summary()) == (
+        "1 lent; 1 returned; 1 blocked; slowest reclaim 1.8 s in 4.2 s "
+        "(pool: 2 free, 2 lent, 1 reclaiming)"
+    )
+
+
+def test_the_metrics_parse_as_prometheus_text_and_carry_the_figures() -> None:
+    text = metrics_text(summary(), cluster="site-a")
+    got = samples(text)
+    site = (("cluster", "site-a"),)
+
+    def value(name: str, **labels: str) -> float:
+        return got[
+            (f"hpcops_slinky_handover_{name}", tuple(sorted({**dict(site), **labels}.items())))
+        ]
+
+    assert value("last_run_timestamp_seconds") == 1_790_000_004.25
+    assert value("last_run_duration_seconds") == 4.25
+    assert value("last_run_success") == 1
+    assert value("last_run_nodes", result="returned") == 1
+    assert value("last_run_nodes", result="lent") == 1
+    assert value("last_run_nodes", result="failed") == 0
+    assert value("reclaim_seconds", node="int01") == 1.84
+    assert value("last_run_reclaim_max_seconds") == 1.84
+    assert value("pool_nodes", state="lent") == 2
+    assert value("blocked_nodes") == 1
+    # Every sample has its HELP and TYPE; the text ends with a newline as the format asks.
+    assert text.endswith("\n")
+    assert text.count("# TYPE ") == text.count("# HELP ") == 10
+
+
+@pytest.mark.parametrize("cluster", ['a"b', "a\\b", "a\nb"])
+def test_label_values_are_escaped(cluster: str) -> None:
+    got = samples(metrics_text(summary(), cluster=cluster))
+    assert got[("hpcops_slinky_handover_blocked_nodes", (("cluster", cluster),))] == 1
+
+
+def test_without_reclaims_the_slowest_is_zero_and_no_node_series() -> None:
+    text = metrics_text(summary(handovers=[LENT]))
+    got = samples(text)
+    assert got[("hpcops_slinky_handover_last_run_reclaim_max_seconds", ())] == 0
+    assert not [key for key in got if key[0] == "hpcops_slinky_handover_reclaim_seconds"]
