@@ -101,6 +101,7 @@ def handover_run_summary(
     action: str = "",
     requested: t.Any = (),
     warnings: t.Any = (),
+    trigger: t.Any = None,
 ) -> dict[str, t.Any]:
     """The summary of one run from the results its tasks registered."""
     if not isinstance(handovers, list):
@@ -119,6 +120,7 @@ def handover_run_summary(
             action=str(action or ""),
             requested=[str(node) for node in requested or ()],
             warnings=[warnings] if isinstance(warnings, str) else list(warnings or ()),
+            trigger=trigger,
         )
     except (TypeError, ValueError) as err:
         raise AnsibleFilterError(f"handover_run_summary: {err}") from err

@@ -113,6 +113,7 @@ class Pool:
         node_selector: dict[str, str],
         *,
         cpu: str = "16",
+        memory: str = "8Gi",
         node: str = "",
         tolerate_lent: bool = False,
     ) -> None:
@@ -136,7 +137,7 @@ class Pool:
                 {
                     "name": "notebook",
                     "image": "quay.io/jupyter/base-notebook:latest",
-                    "resources": {"requests": {"cpu": cpu, "memory": "8Gi"}},
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
                 }
             ],
         }

@@ -148,21 +148,27 @@ def pushgateway(tmp_path_factory: t.Any) -> Iterator[str]:
     process.wait(10)
 
 
-@pytest.fixture(scope="module")
-def scheduled(pool: Pool, tmp_path_factory: t.Any) -> Iterator[Pool]:
-    """The role applied in CronJob mode, as schedule.yml does; removed afterwards."""
-    run = pool.playbook("schedule", **SCHEDULE)
+def schedule_applied(pool: Pool, settings: dict[str, t.Any], *made: str) -> Iterator[Pool]:
+    """The role applied with `settings`, as schedule.yml does; removed afterwards, with
+    what it made (the API paths in `made` besides the account, RBAC and Token) gone."""
+    run = pool.playbook("schedule", **settings)
     assert not run.failed, run.failures()
     yield pool
-    run = pool.playbook("schedule", handover_schedule_state="absent", **SCHEDULE)
+    run = pool.playbook("schedule", **{**settings, "handover_schedule_state": "absent"})
     assert not run.failed, run.failures()
     for path in (
-        f"/apis/batch/v1/namespaces/{NS}/cronjobs/{NAME}",
+        *made,
         f"/api/v1/namespaces/{NS}/serviceaccounts/{NAME}",
         f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{NAME}",
         f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens/{NAME}",
     ):
         assert pool.lab.request("GET", path)[0] == 404, path
+
+
+@pytest.fixture(scope="module")
+def scheduled(pool: Pool) -> Iterator[Pool]:
+    """The role applied in CronJob mode."""
+    yield from schedule_applied(pool, SCHEDULE, f"/apis/batch/v1/namespaces/{NS}/cronjobs/{NAME}")
 
 
 @pytest.mark.parametrize(
@@ -354,6 +360,13 @@ ACCESS = [
 def test_rbac_allows_what_the_protocol_calls_and_denies_the_rest(
     scheduled: Pool, verb: str, group: str, resource: str, namespace: str, name: str, allowed: bool
 ) -> None:
+    assert account_may(scheduled.lab, verb, group, resource, namespace, name) is allowed
+
+
+def account_may(
+    lab: K8sLab, verb: str, group: str, resource: str, namespace: str, name: str
+) -> bool:
+    """The apiserver's answer (a SubjectAccessReview) for the runs' ServiceAccount."""
     resource, _slash, subresource = resource.partition("/")
     attributes = {"verb": verb, "group": group, "resource": resource}
     attributes.update(
@@ -363,7 +376,7 @@ def test_rbac_allows_what_the_protocol_calls_and_denies_the_rest(
             if v
         }
     )
-    status, review = scheduled.lab.request(
+    status, review = lab.request(
         "POST",
         "/apis/authorization.k8s.io/v1/subjectaccessreviews",
         {
@@ -381,7 +394,7 @@ def test_rbac_allows_what_the_protocol_calls_and_denies_the_rest(
         },
     )
     assert status == 201, review
-    assert review["status"].get("allowed", False) is allowed, review["status"]
+    return bool(review["status"].get("allowed", False))
 
 
 def test_a_run_as_the_service_account_lends_reclaims_and_reports(

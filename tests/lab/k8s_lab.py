@@ -564,6 +564,16 @@ class K8sLab(RunDirState):
         state["pids"][component] = proc.pid
         self.save_state(state)
 
+    def restart(self, component: str, timeout_s: float = 60) -> None:
+        """Stop one component and start it again, as a crash and its supervisor would;
+        for kube-apiserver, until it is ready again."""
+        pid = self.load_state().get("pids", {}).get(component)
+        if pid:
+            stop_pids([pid], running, STOP_GRACE_S)
+        self.start(component)
+        if component == "kube-apiserver":
+            self.wait_for(component, self.readyz, timeout_s, f"{self.url}/readyz after a restart")
+
     def components_alive(self) -> dict[str, bool]:
         pids = self.load_state().get("pids", {})
         return {name: pid_runs(pids.get(name), component_exe(name)) for name in COMPONENTS}

@@ -59,6 +59,42 @@ OUTCOMES = (
     RunOutcome.FAILED,
     RunOutcome.LEASE_HELD,
 )
+
+
+class RunTrigger:
+    """What started a run (the summary's ``trigger.by``, the metric's ``trigger`` label)."""
+
+    MANUAL: t.Final = "manual"  # someone ran the playbook
+    TIMER: t.Final = "timer"  # the CronJob or the systemd timer
+    DEMAND: t.Final = "demand"  # the event source: application pods wait
+    IDLE: t.Final = "idle"  # the event source: pool nodes are idle
+
+
+TRIGGERS = (RunTrigger.MANUAL, RunTrigger.TIMER, RunTrigger.DEMAND, RunTrigger.IDLE)
+
+
+def run_trigger(trigger: t.Any) -> dict[str, t.Any]:
+    """The summary's trigger from the role's handover_trigger: a name, or the event source's
+    event (``ansible_eda.event.handover``); anything else counts as manual."""
+    if isinstance(trigger, Mapping):
+        by = str(trigger.get("trigger", ""))
+        return {
+            "by": by if by in TRIGGERS else RunTrigger.MANUAL,
+            "reason": str(trigger.get("reason", "")),
+            "pods": [str(pod) for pod in trigger.get("pods") or ()],
+            "nodes": [str(node) for node in trigger.get("nodes") or ()],
+            "at": str(trigger.get("at", "")),
+        }
+    by = str(trigger or "")
+    return {
+        "by": by if by in TRIGGERS else RunTrigger.MANUAL,
+        "reason": "",
+        "pods": [],
+        "nodes": [],
+        "at": "",
+    }
+
+
 # Where a node asked for must end for the run to be done.
 TARGETS = {HandoverAction.LEND: HandoverResult.LENT, HandoverAction.RECLAIM: HandoverResult.FREE}
 
@@ -75,6 +111,7 @@ def run_summary(
     action: str = "",
     requested: Iterable[str] = (),
     warnings: Iterable[str] = (),
+    trigger: t.Any = None,
 ) -> dict[str, t.Any]:
     """The summary of one run from what its tasks returned.
 
@@ -83,7 +120,8 @@ def run_summary(
     pool is handover_plan's `status` rows read after the run (None: the read failed, and
     the pool is unknown, not empty); action is lend, reclaim or rebalance, and requested
     the nodes a lend or reclaim was asked for (named, or as its plan said); warnings are
-    what the report itself could not do (they do not make the run fail).
+    what the report itself could not do (they do not make the run fail); trigger is what
+    started the run (`run_trigger`).
     """
     nodes: dict[str, list[str]] = {result: [] for result in RESULTS}
     final: dict[str, str] = {}  # node -> where it ended, as its last handover said
@@ -131,6 +169,7 @@ def run_summary(
     return {
         "run": run_id,
         "action": action,
+        "trigger": run_trigger(trigger),
         "outcome": outcome,
         "requested": requested,
         "nodes": dict(sorted(final.items())),
@@ -182,7 +221,20 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
     text = "; ".join(parts) if parts else "no change"
     text += f" in {summary['duration_s']:.1f} s (pool: {pool})"
     warnings = summary.get("warnings") or []
-    return text + errors + (f"; warnings: {'; '.join(warnings)}" if warnings else "")
+    return (
+        text
+        + _trigger_text(summary)
+        + errors
+        + (f"; warnings: {'; '.join(warnings)}" if warnings else "")
+    )
+
+
+def _trigger_text(summary: Mapping[str, t.Any]) -> str:
+    """What started an event's run, for the line (timer and manual runs say nothing)."""
+    trigger = summary.get("trigger") or {}
+    if trigger.get("by") not in (RunTrigger.DEMAND, RunTrigger.IDLE):
+        return ""
+    return f"; on {trigger['by']}: {trigger.get('reason') or 'an event'}"
 
 
 def _escape(value: str) -> str:
@@ -224,6 +276,14 @@ def metrics_text(summary: Mapping[str, t.Any], cluster: str = "") -> str:
             "last_run_acted",
             "1 when the newest run held the handover Lease (0: another run had it).",
             [({}, bool(summary["acted"]))],
+        ),
+        (
+            "last_run_trigger",
+            "What started the newest run: 1 for its trigger (manual, timer, demand or idle).",
+            [
+                ({"trigger": name}, name == (summary.get("trigger") or {}).get("by", ""))
+                for name in TRIGGERS
+            ],
         ),
         (
             "last_run_errors",

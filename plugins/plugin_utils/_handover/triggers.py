@@ -220,6 +220,9 @@ class PoolWatch:
     def _idle(self, now: float) -> tuple[dict[str, t.Any] | None, float | None]:
         policy = self.settings.policy
         idle = self._idle_free_nodes()
+        # A node that was lent or busy since its announcement is announced afresh.
+        idle_names = {n.name for n in idle}
+        self._idle_announced = {key for key in self._idle_announced if key[0] in idle_names}
         if len(idle) <= policy.headroom:
             return None, None  # the next pod or node change looks again
         keys = self._idle_keys(now)

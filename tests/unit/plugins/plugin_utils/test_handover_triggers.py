@@ -201,3 +201,23 @@ def test_a_relist_drops_what_is_gone_and_nodes_leaving_the_pool_are_forgotten() 
     guarded = PoolWatch(settings)
     guarded.apply(WatchedKind.NODE, "ADDED", node("gpu01", labels=never))
     assert guarded.nodes == {}
+
+
+def test_a_node_lent_and_given_back_is_announced_again_when_idle() -> None:
+    settings = TriggerSettings(
+        policy=Policy(pool_selector=POOL, headroom=0, lend_min_idle_s=0, relend_cooldown_s=0)
+    )
+    watch = PoolWatch(settings)
+    watch.replace(WatchedKind.POD, [])
+    watch.replace(WatchedKind.NODE, [node("int01")])
+    assert watch.due(T0)[0] is not None
+    assert watch.due(T0 + 1)[0] is None  # announced once
+    watch.apply(WatchedKind.NODE, "MODIFIED", node("int01", journal={"state": "lent", "op": "a"}))
+    assert watch.due(T0 + 2)[0] is None
+    watch.apply(
+        WatchedKind.NODE,
+        "MODIFIED",
+        node("int01", journal={"state": "free", "last_reclaim": T0 + 3}),
+    )
+    event, _wake = watch.due(T0 + 4)
+    assert event is not None and event["nodes"] == ["int01"]

@@ -202,7 +202,7 @@ def test_the_metrics_parse_as_prometheus_text_and_carry_the_figures() -> None:
     assert value("blocked_nodes") == 1
     # Every sample has its HELP and TYPE; the text ends with a newline as the format asks.
     assert text.endswith("\n")
-    assert text.count("# TYPE ") == text.count("# HELP ") == 10
+    assert text.count("# TYPE ") == text.count("# HELP ") == 11
 
 
 @pytest.mark.parametrize("cluster", ['a"b', "a\\b", "a\nb"])
@@ -216,3 +216,37 @@ def test_without_reclaims_the_slowest_is_zero_and_no_node_series() -> None:
     got = samples(text)
     assert got[("hpcops_slinky_handover_last_run_reclaim_max_seconds", ())] == 0
     assert not [key for key in got if key[0] == "hpcops_slinky_handover_reclaim_seconds"]
+
+
+EVENT = {
+    "trigger": "demand",
+    "reason": "2 unschedulable application pod(s): jupyterhub/nb-a, jupyterhub/nb-b",
+    "pods": ["jupyterhub/nb-a", "jupyterhub/nb-b"],
+    "nodes": [],
+    "at": "2026-11-25T03:00:00.000000Z",
+}
+
+
+@pytest.mark.parametrize(
+    ("given", "by"),
+    [(None, "manual"), ("timer", "timer"), ("cron", "manual"), (EVENT, "demand"), ({}, "manual")],
+)
+def test_the_summary_says_what_started_the_run(given: t.Any, by: str) -> None:
+    got = summary(trigger=given)
+    assert got["trigger"]["by"] == by
+    trigger = samples(metrics_text(got))
+    started = {
+        dict(labels)["trigger"]: value
+        for (name, labels), value in trigger.items()
+        if name == "hpcops_slinky_handover_last_run_trigger"
+    }
+    assert started == {name: float(name == by) for name in ("manual", "timer", "demand", "idle")}
+
+
+def test_an_events_run_names_its_event_in_the_line() -> None:
+    got = summary(trigger=EVENT)
+    assert got["trigger"]["pods"] == EVENT["pods"] and got["trigger"]["at"] == EVENT["at"]
+    assert summary_line(got).endswith(
+        "; on demand: 2 unschedulable application pod(s): jupyterhub/nb-a, jupyterhub/nb-b"
+    )
+    assert "on " not in summary_line(summary(trigger="timer"))

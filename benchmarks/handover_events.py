@@ -1,0 +1,210 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""From a notebook's creation to Running while every pool node is lent: events against the clock.
+
+    make lab-up && .venv/bin/python benchmarks/handover_events.py [--trials 10] [--cron-trials 3]
+
+Runs in the lab (the real apiserver, scheduler, Slinky operator, Slurm and the real
+ansible-rulebook; the site is deployed first if it is not). The handover_schedule role is
+applied with the event kind, and the rulebook runs here as its Deployment's pod would.
+
+* event: the rulebook lends both idle pool nodes on idle events; a notebook is created;
+  seconds until it runs on a reclaimed node. The notebook is then deleted and the next
+  trial waits for the idle event to lend the node again.
+* clock, measured: the rulebook stopped, both nodes lent, a notebook created at a random
+  moment of a one-minute period (a CronJob's shortest), rebalance.yml run at the period's
+  end as the CronJob would; seconds until the notebook runs.
+* clock, computed: a notebook waits for the next run (uniform over the period) and then for
+  the run itself (the measured run time): mean period/2 + run, p95 0.95 period + run, for
+  one minute and for the role's default of five.
+
+Target: 10 s or less at p95 for the event-driven case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for path in (
+    REPO / ".build" / "collections",
+    REPO / "tests" / "lab",
+    REPO / "tests" / "integration",
+):
+    sys.path.insert(0, str(path))
+
+import base64  # noqa: E402
+
+from ansible_runner import LAB_INVENTORY, SITE, run_playbook  # noqa: E402
+from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
+from k8s_lab import K8sLab  # noqa: E402
+from slurm_pods import SlinkyRest  # noqa: E402
+from test_handover_events import EVENTS, Rulebook, notebook  # noqa: E402
+from test_handover_schedule import NS, STATUS, slurm_token  # noqa: E402
+from toolbox import LabError, wait_until  # noqa: E402
+
+# The benchmark lends a node again as soon as it is idle (the trials follow each other).
+BENCH_EVENTS = {**EVENTS, "handover_policy": POLICY}
+PERIOD_S = 60.0  # a CronJob's shortest period
+DEFAULT_PERIOD_S = 300.0  # handover_schedule_every_min's default
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
+
+
+def all_lent(pool: Pool) -> bool:
+    return all(pool.journal(node)["state"] == "lent" for node in LENDABLE)
+
+
+def remove_notebook(pool: Pool, name: str) -> None:
+    pool.lab.request("DELETE", f"/api/v1/namespaces/{APPS}/pods/{name}?gracePeriodSeconds=0")
+    wait_until(
+        lambda: pool.lab.request("GET", f"/api/v1/namespaces/{APPS}/pods/{name}")[0] == 404,
+        30,
+        f"{name} to go",
+    )
+
+
+def event_trials(pool: Pool, trials: int) -> list[float]:
+    waited = []
+    with tempfile.TemporaryDirectory(prefix="bench-events-") as workdir:
+        rulebook = Rulebook(pool, Path(workdir))
+        try:
+            for trial in range(trials):
+                wait_until(lambda: rulebook.alive_log() and all_lent(pool), 120, "both nodes lent")
+                name = f"bench-event-{trial}"
+                created = time.time()
+                notebook(pool, name)
+                wait_until(lambda n=name: pool.running_on(n), 120, f"{name} to run")
+                waited.append(time.time() - created)
+                print(f"  event trial {trial + 1}: {waited[-1]:.1f} s", flush=True)
+                remove_notebook(pool, name)
+        finally:
+            rulebook.stop()
+    return waited
+
+
+def clock_trials(pool: Pool, trials: int) -> tuple[list[float], list[float]]:
+    """(creation to Running, the run alone) per trial, with runs on a one-minute clock."""
+    waited, runs = [], []
+    for trial in range(trials):
+        run = pool.playbook("lend", handover_nodes=list(LENDABLE))
+        assert not run.failed, run.failures()
+        name = f"bench-clock-{trial}"
+        tick = time.time() + PERIOD_S
+        time.sleep(random.uniform(0, PERIOD_S - 1))  # noqa: S311 (a phase, not a secret)
+        created = time.time()
+        notebook(pool, name)
+        time.sleep(max(0.0, tick - time.time()))
+        began = time.time()
+        run = pool.playbook("rebalance")
+        assert not run.failed, run.failures()
+        runs.append(time.time() - began)
+        wait_until(lambda n=name: pool.running_on(n), 120, f"{name} to run")
+        waited.append(time.time() - created)
+        print(f"  clock trial {trial + 1}: {waited[-1]:.1f} s (run {runs[-1]:.1f} s)", flush=True)
+        remove_notebook(pool, name)
+    return waited, runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--cron-trials", type=int, default=3)
+    args = parser.parse_args()
+
+    lab = K8sLab()
+    if not lab.is_healthy():
+        print("the lab is not up: make lab-up", file=sys.stderr)
+        return 2
+    status, body = lab.request("GET", "/apis/slinky.slurm.net/v1beta1/nodesets")
+    if status != 200 or not body["items"]:
+        print("deploying the site (playbooks/site.yml) ...", flush=True)
+        run = run_playbook(SITE, LAB_INVENTORY)
+        if run.failed:
+            raise LabError(f"site.yml failed: {run.failures()}")
+    secret = lab.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")
+    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+    with tempfile.TemporaryDirectory(prefix="bench-key-") as keydir:
+        key = Path(keydir) / "jwt.key"
+        key.write_bytes(rest.jwt_key)
+        key.chmod(0o600)
+        lab.apply(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS}},
+        )
+        pool = Pool(lab, rest, key)
+        pool.reset()
+        run = pool.playbook("schedule", **BENCH_EVENTS)
+        if run.failed:
+            raise LabError(f"schedule.yml failed: {run.failures()}")
+        slurm_token(lab)
+        try:
+            print("event-driven (the rulebook hpcops.slinky.handover):", flush=True)
+            events = event_trials(pool, args.trials)
+            pool.reset()
+            print("on the clock (rebalance.yml every minute):", flush=True)
+            clock, runs = clock_trials(pool, args.cron_trials)
+        finally:
+            pool.reset()
+            pool.playbook("schedule", handover_schedule_state="absent", **BENCH_EVENTS)
+            lab.request("DELETE", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
+
+    run_s = statistics.median(runs)
+    rows = [("case", "trials", "median s", "mean s", "p95 s", "max s")]
+    rows.append(
+        (
+            "event-driven (measured)",
+            str(len(events)),
+            f"{statistics.median(events):.1f}",
+            f"{statistics.fmean(events):.1f}",
+            f"{percentile(events, 0.95):.1f}",
+            f"{max(events):.1f}",
+        )
+    )
+    rows.append(
+        (
+            "CronJob every 1 min (measured)",
+            str(len(clock)),
+            f"{statistics.median(clock):.1f}",
+            f"{statistics.fmean(clock):.1f}",
+            f"{percentile(clock, 0.95):.1f}",
+            f"{max(clock):.1f}",
+        )
+    )
+    for period in (PERIOD_S, DEFAULT_PERIOD_S):
+        rows.append(
+            (
+                f"CronJob every {period / 60:.0f} min (computed)",
+                "-",
+                f"{period / 2 + run_s:.1f}",
+                f"{period / 2 + run_s:.1f}",
+                f"{0.95 * period + run_s:.1f}",
+                f"{period + run_s:.1f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    p95 = percentile(events, 0.95)
+    print(
+        f"\nevent-driven p95 {p95:.1f} s (target 10 s: {'met' if p95 <= 10 else 'missed'}); "
+        f"mean wait {statistics.fmean(clock) / statistics.fmean(events):.1f}x shorter than a "
+        f"one-minute CronJob (measured), "
+        f"{(DEFAULT_PERIOD_S / 2 + run_s) / statistics.fmean(events):.1f}x than the five-minute "
+        f"default (computed); a rebalance run takes {run_s:.1f} s (median)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

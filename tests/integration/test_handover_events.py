@@ -1,0 +1,367 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Handover runs on events (handover_schedule's event kind) against the lab.
+
+The role makes the rulebook's Deployment, its arguments and the account's watch rights on
+the real apiserver, which answers a SubjectAccessReview per rule. kwok runs no container,
+so what the Deployment's pod runs is run here: the real ansible-rulebook with the rulebook
+``hpcops.slinky.handover``, the inventory and arguments the role wrote, and nothing but the
+ServiceAccount's token. With it running and nobody starting a playbook, idle pool nodes are
+lent, a notebook that waits for a node runs on a reclaimed one, fifty notebooks make a few
+runs, and the source rides out a restart of kube-apiserver. A watch from a resourceVersion
+the apiserver no longer has gets its real 410 and lists again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import typing as t
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_runner import COLLECTIONS
+from handover_pool import APPS, LENDABLE, POLICY, Pool
+from kubernetes import client as k8s_client
+from test_handover_schedule import (
+    NAME,
+    NS,
+    SCHEDULE,
+    STATUS,
+    account_kubeconfig,
+    account_may,
+    schedule_applied,
+    slurm_token,
+)
+from toolbox import wait_until
+
+from ansible_collections.hpcops.slinky.plugins.plugin_utils._handover.watches import (
+    KindWatch,
+    UpdateKind,
+    WatchTarget,
+    WatchUpdate,
+    api_client,
+)
+
+pytest_plugins = ["k8s_fixtures", "handover_pool"]
+pytestmark = pytest.mark.integration
+
+BIN = Path(os.environ.get("VIRTUAL_ENV") or Path(__file__).parents[2] / ".venv") / "bin"
+# A reclaimed node is not lent again during a test (the lab's POLICY re-lends at once).
+EVENT_POLICY = {**POLICY, "relend_cooldown_s": 3600}
+EVENTS = {
+    **SCHEDULE,
+    "handover_schedule_kind": "event",
+    "handover_schedule_event_debounce_s": 1,
+    "handover_schedule_event_repeat_s": 10,
+    "handover_policy": EVENT_POLICY,
+}
+POOL_SELECTOR = {"hpcops.io/pool": "interactive"}
+
+
+@pytest.fixture(scope="module")
+def evented(pool: Pool) -> Iterator[Pool]:
+    """The role applied with the event kind."""
+    yield from schedule_applied(
+        pool,
+        EVENTS,
+        f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-events",
+        f"/api/v1/namespaces/{NS}/configmaps/{NAME}-events",
+        f"/apis/batch/v1/namespaces/{NS}/cronjobs/{NAME}",
+    )
+
+
+def test_the_role_makes_the_rulebooks_deployment_beside_the_cronjob(evented: Pool) -> None:
+    lab = evented.lab
+    deployment = lab.get(f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-events")["spec"]
+    assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"
+    pod = deployment["template"]["spec"]
+    assert pod["serviceAccountName"] == NAME
+    (container,) = pod["containers"]
+    assert container["command"] == [
+        "ansible-rulebook",
+        "--rulebook=hpcops.slinky.handover",
+        "--inventory=/etc/hpcops-slinky/inventory.yml",
+        "--vars=/etc/hpcops-slinky-events/events.yml",
+    ]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    events = yaml.safe_load(
+        lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-events")["data"]["events.yml"]
+    )["handover_events"]
+    assert events["policy"]["pool_selector"] == POOL_SELECTOR
+    assert events["policy"]["relend_cooldown_s"] == 3600
+    assert (events["lease_namespace"], events["lease_name"]) == (NS, "hpcops-slinky-handover")
+    assert (events["debounce_s"], events["repeat_s"]) == (1.0, 10.0)
+    assert events["kubeconfig"] == ""  # in the pod: its service account
+    # The safety net stays, and its runs say they are the timer's.
+    cron = lab.get(f"/apis/batch/v1/namespaces/{NS}/cronjobs/{NAME}")["spec"]
+    command = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--extra-vars=handover_trigger=timer" in command
+
+
+def test_applying_the_event_kind_again_changes_nothing(evented: Pool) -> None:
+    run = evented.playbook("schedule", **EVENTS)
+    assert not run.failed, run.failures()
+    assert run.changed_tasks() == [], run.changed_tasks()
+
+
+# verb, resource, namespace, name, allowed: the watches the source adds to the runs' rights.
+WATCH_ACCESS = [
+    ("watch", "nodes", "", "", True),
+    ("watch", "pods", "", "", True),
+    ("list", "leases", NS, "hpcops-slinky-handover", True),
+    ("watch", "leases", NS, "hpcops-slinky-handover", True),
+    ("watch", "leases", NS, "", False),
+    ("list", "leases", NS, "", False),
+    ("watch", "leases", "kube-node-lease", "int01", False),
+    ("watch", "secrets", NS, "", False),
+    ("watch", "configmaps", NS, "", False),
+    ("watch", "events", NS, "", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "namespace", "name", "allowed"),
+    WATCH_ACCESS,
+    ids=[
+        f"{'allow' if a[4] else 'deny'}-{a[0]}-{a[1]}-{a[2] or 'all'}-{a[3] or 'any'}"
+        for a in WATCH_ACCESS
+    ],
+)
+def test_rbac_lets_the_source_watch_what_it_reads_and_nothing_else(
+    evented: Pool, verb: str, resource: str, namespace: str, name: str, allowed: bool
+) -> None:
+    group = "coordination.k8s.io" if resource == "leases" else ""
+    assert account_may(evented.lab, verb, group, resource, namespace, name) is allowed
+
+
+class Rulebook:
+    """ansible-rulebook as the Deployment's pod runs it, with its output kept."""
+
+    def __init__(self, pool: Pool, workdir: Path) -> None:
+        lab = pool.lab
+        self.pool = pool
+        inventory = workdir / "inventory.yml"
+        inventory.write_text(
+            lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-inventory")["data"]["inventory.yml"]
+        )
+        arguments = workdir / "events.yml"
+        arguments.write_text(
+            lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-events")["data"]["events.yml"]
+        )
+        kubeconfig = account_kubeconfig(lab, workdir / "kubeconfig")
+        self.log_path = workdir / "rulebook.log"
+        env = {
+            "PATH": f"{BIN}:/usr/bin:/bin",
+            "HOME": str(workdir),
+            "KUBECONFIG": str(kubeconfig),
+            "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+            "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-local"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_LOCALHOST_WARNING": "false",
+            "TMPDIR": str(workdir),
+        }
+        with self.log_path.open("wb") as out:
+            self.process = subprocess.Popen(
+                [
+                    str(BIN / "ansible-rulebook"),
+                    "--rulebook=hpcops.slinky.handover",
+                    f"--inventory={inventory}",
+                    f"--vars={arguments}",
+                    "--verbose",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+            )
+        wait_until(lambda: "watching Pods" in self.alive_log(), 60, "the event source to watch")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive_log(self) -> str:
+        assert self.process.poll() is None, f"ansible-rulebook exited:\n{self.log()[-4000:]}"
+        return self.log()
+
+    def stop(self) -> int:
+        """SIGTERM, as the kubelet and systemd stop it; its exit code."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(30)
+        finally:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+
+@pytest.fixture
+def rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebook]:
+    """The rulebook running for one test, on a clean pool; stopped before the pool is
+    cleaned again (so it does not lend what the cleaning reclaims)."""
+    slurm_token(evented.lab)
+    running = Rulebook(clean_pool, tmp_path)
+    yield running
+    running.stop()
+
+
+def run_summaries(pool: Pool, since: float) -> list[dict[str, t.Any]]:
+    """The summaries the runs recorded since `since`, from their Events on the status
+    ConfigMap (each run writes one; the ConfigMap keeps only the newest)."""
+    events = pool.lab.get(
+        f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name%3D{STATUS}"
+    )["items"]
+    found = []
+    for event in events:
+        stamp = event.get("eventTime") or event["metadata"]["creationTimestamp"]
+        when = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        if when >= since - 1:
+            found.append({"run": event["reportingInstance"], "message": event["message"]})
+    return found
+
+
+def newest_summary(pool: Pool) -> dict[str, t.Any]:
+    data = pool.lab.get(f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")["data"]
+    summary: dict[str, t.Any] = json.loads(data["summary.json"])
+    return summary
+
+
+def wait_all_lent(pool: Pool, rulebook: Rulebook, timeout_s: float = 120) -> None:
+    wait_until(
+        lambda: rulebook.alive_log() and all(pool.journal(n)["state"] == "lent" for n in LENDABLE),
+        timeout_s,
+        "the idle pool nodes to be lent on idle events",
+    )
+
+
+def notebook(pool: Pool, name: str, cpu: str = "1", memory: str = "1Gi") -> None:
+    """An application pod for the interactive pool, with small requests."""
+    pool.app_pod(name, POOL_SELECTOR, cpu=cpu, memory=memory)
+
+
+def test_idle_nodes_are_lent_and_a_waiting_notebook_runs_on_a_reclaimed_one(
+    rulebook: Rulebook,
+) -> None:
+    pool = rulebook.pool
+    started = time.time()
+    wait_all_lent(pool, rulebook)
+    lent = newest_summary(pool)
+    assert lent["trigger"]["by"] == "idle", lent
+    for node in LENDABLE:
+        pool.idle_slurm_node(node)
+
+    created = time.time()
+    notebook(pool, "waiting")
+    wait_until(
+        lambda: rulebook.alive_log() and pool.running_on("waiting"), 90, "the notebook to run"
+    )
+    waited = time.time() - created
+    node = pool.running_on("waiting")
+    assert node in LENDABLE and pool.journal(node)["state"] == "free"
+    summary = newest_summary(pool)
+    assert summary["trigger"]["by"] == "demand", summary
+    assert summary["trigger"]["pods"] == [f"{APPS}/waiting"]
+    assert summary["returned"] == [node]
+    assert (
+        "; on demand: 1 unschedulable application pod(s): jupyterhub/waiting"
+        in (run_summaries(pool, created)[-1]["message"])
+    )
+    # The other node stays lent: a demand of one notebook reclaims one node.
+    (other,) = set(LENDABLE) - {node}
+    assert pool.journal(other)["state"] == "lent"
+    print(
+        f"lent by idle events in {created - started:.1f} s; the notebook ran after {waited:.1f} s"
+    )
+
+
+def test_fifty_notebooks_at_once_make_a_few_runs_not_fifty(rulebook: Rulebook) -> None:
+    pool = rulebook.pool
+    wait_all_lent(pool, rulebook)
+    created = time.time()
+    names = [f"burst-{i:02d}" for i in range(50)]
+    threads = [
+        threading.Thread(
+            target=notebook, args=(pool, name), kwargs={"cpu": "10m", "memory": "16Mi"}
+        )
+        for name in names
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wait_until(
+        lambda: rulebook.alive_log() and all(pool.running_on(name) for name in names),
+        120,
+        "the fifty notebooks to run",
+    )
+    runs = [r for r in run_summaries(pool, created) if "; on demand: " in r["message"]]
+    assert 1 <= len(runs) <= 3, runs
+    assert "50 unschedulable application pod(s)" in runs[0]["message"], runs
+
+
+def test_the_source_rides_out_a_restart_of_the_apiserver(rulebook: Rulebook) -> None:
+    pool = rulebook.pool
+    wait_all_lent(pool, rulebook)
+    pool.lab.restart("kube-apiserver")
+    notebook(pool, "after-restart")
+    wait_until(
+        lambda: rulebook.alive_log() and pool.running_on("after-restart"),
+        120,
+        "the notebook created after the restart to run",
+    )
+    log = rulebook.log()
+    assert "watch: " in log, log[-3000:]  # the watches saw the connection go, and came back
+
+
+def test_a_watch_the_apiserver_no_longer_has_lists_again_and_stops_at_once(pool: Pool) -> None:
+    """resourceVersion 1 is long gone from the watch cache: the real 410, then a list."""
+    api = api_client(str(pool.lab.kubeconfig_path))
+    core = k8s_client.CoreV1Api(api)
+    updates: list[WatchUpdate] = []
+    watch = KindWatch(
+        WatchTarget("Pod", core.list_namespaced_pod, {"namespace": APPS}), updates.append
+    )
+    watch.resource_version = "1"  # as if resuming from a version older than the cache
+    watch.start()
+    try:
+        wait_until(lambda: updates, 30, "the watch to report")
+        assert updates[0].update == UpdateKind.LISTED, updates
+        assert int(watch.resource_version) > 1
+        notebook(pool, "watched")
+        wait_until(
+            lambda: any(
+                u.update == UpdateKind.CHANGED
+                and u.event_type == "ADDED"
+                and u.objects[0]["metadata"]["name"] == "watched"
+                for u in updates
+            ),
+            30,
+            "the new pod's ADDED event",
+        )
+    finally:
+        began = time.time()
+        watch.stop()
+        watch.join(5)
+        stopped_in = time.time() - began
+        pool.lab.request("DELETE", f"/api/v1/namespaces/{APPS}/pods/watched?gracePeriodSeconds=0")
+        api.close()
+    assert not watch.is_alive() and stopped_in < 2, stopped_in
+
+
+def test_the_rulebook_stops_cleanly_on_sigterm(rulebook: Rulebook) -> None:
+    rulebook.alive_log()
+    began = time.time()
+    code = rulebook.stop()
+    assert time.time() - began < 15
+    assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (code, rulebook.log()[-2000:])
+    assert "Traceback" not in rulebook.log(), rulebook.log()[-4000:]
