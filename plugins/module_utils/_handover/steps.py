@@ -150,17 +150,6 @@ def node_patch(
     return patch
 
 
-def markers_on_node(node: Mapping[str, t.Any], markers: HandoverMarkers) -> JSON:
-    """What the protocol owns on a Node, for diffs and status."""
-    journal = journal_of(node, markers)
-    return {
-        "journal": journal.state,
-        "op": journal.op,
-        "taint": has_taint(node, markers),
-        "label": has_label(node, markers),
-    }
-
-
 def pool_refusal(node: Mapping[str, t.Any], policy: Policy) -> str | None:
     """Why a free node may never be handed over (lent, or reclaimed), or None."""
     labels = node.get("metadata", {}).get("labels") or {}
