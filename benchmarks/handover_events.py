@@ -46,7 +46,7 @@ from ansible_runner import LAB_INVENTORY, SITE, run_playbook  # noqa: E402
 from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
 from k8s_lab import K8sLab  # noqa: E402
 from slurm_pods import SlinkyRest  # noqa: E402
-from test_handover_events import EVENTS, Rulebook, notebook  # noqa: E402
+from test_handover_events import EVENTS, Rulebook, notebook, wait_all_lent  # noqa: E402
 from test_handover_schedule import NS, STATUS, slurm_token  # noqa: E402
 from toolbox import LabError, wait_until  # noqa: E402
 
@@ -59,10 +59,6 @@ DEFAULT_PERIOD_S = 300.0  # handover_schedule_every_min's default
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
-
-
-def all_lent(pool: Pool) -> bool:
-    return all(pool.journal(node)["state"] == "lent" for node in LENDABLE)
 
 
 def remove_notebook(pool: Pool, name: str) -> None:
@@ -80,7 +76,7 @@ def event_trials(pool: Pool, trials: int) -> list[float]:
         rulebook = Rulebook(pool, Path(workdir))
         try:
             for trial in range(trials):
-                wait_until(lambda: rulebook.alive_log() and all_lent(pool), 120, "both nodes lent")
+                wait_all_lent(pool, rulebook)
                 name = f"bench-event-{trial}"
                 created = time.time()
                 notebook(pool, name)
@@ -89,7 +85,7 @@ def event_trials(pool: Pool, trials: int) -> list[float]:
                 print(f"  event trial {trial + 1}: {waited[-1]:.1f} s", flush=True)
                 remove_notebook(pool, name)
         finally:
-            rulebook.stop()
+            rulebook.stop_between_runs()
     return waited
 
 

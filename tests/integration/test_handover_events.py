@@ -66,6 +66,7 @@ EVENTS = {
     "handover_policy": EVENT_POLICY,
 }
 POOL_SELECTOR = {"hpcops.io/pool": "interactive"}
+LEASE = "hpcops-slinky-handover"
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +196,30 @@ class Rulebook:
         assert self.process.poll() is None, f"ansible-rulebook exited:\n{self.log()[-4000:]}"
         return self.log()
 
+    def running_playbook(self) -> bool:
+        """Whether a run is under way: an ansible-playbook among the rulebook's descendants
+        (ansible-runner starts it in a session of its own, so not in the rulebook's group)."""
+        parents: dict[int, int] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process ended while we looked
+            parents[int(stat.parent.name)] = int(fields[1])
+        family = {self.process.pid}
+        grown = True
+        while grown:
+            children = {pid for pid, parent in parents.items() if parent in family}
+            grown = not children <= family
+            family |= children
+        for pid in family - {self.process.pid}:
+            try:
+                if b"ansible-playbook" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
     def stop(self) -> int:
         """SIGTERM, as the kubelet and systemd stop it; its exit code."""
         if self.process.poll() is None:
@@ -206,6 +231,18 @@ class Rulebook:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
 
+    def stop_between_runs(self) -> None:
+        """Stop once no run is under way. A run the stop cuts keeps the Lease until it
+        expires (as in a cluster); the tests that follow must not wait for that, so a Lease
+        left held is removed."""
+        if self.process.poll() is None:
+            wait_until(lambda: not self.running_playbook(), 180, "the rulebook's run to end")
+        self.stop()
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}"
+        status, body = self.pool.lab.request("GET", lease)
+        if status == 200 and (body.get("spec") or {}).get("holderIdentity"):
+            self.pool.lab.request("DELETE", lease)
+
 
 @pytest.fixture
 def rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebook]:
@@ -214,7 +251,7 @@ def rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebo
     slurm_token(evented.lab)
     running = Rulebook(clean_pool, tmp_path)
     yield running
-    running.stop()
+    running.stop_between_runs()
 
 
 def run_summaries(pool: Pool, since: float) -> list[str]:
@@ -233,15 +270,29 @@ def run_summaries(pool: Pool, since: float) -> list[str]:
     return [message for when, message in ended if when >= int(since)]
 
 
-def newest_summary(pool: Pool) -> dict[str, t.Any]:
-    data = pool.lab.get(f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")["data"]
-    summary: dict[str, t.Any] = json.loads(data["summary.json"])
-    return summary
+def run_summary(pool: Pool, since: float, by: str) -> dict[str, t.Any]:
+    """The summary of the newest run started since `since` by a `by` event, once it is
+    written (a run reports after it has released the Lease, so after its nodes moved)."""
+
+    def written() -> dict[str, t.Any] | None:
+        status, body = pool.lab.request("GET", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
+        if status != 200:
+            return None
+        summary: dict[str, t.Any] = json.loads(body["data"]["summary.json"])
+        fresh = summary["started"] >= since and summary["trigger"]["by"] == by
+        return summary if fresh else None
+
+    return wait_until(written, 60, f"the summary of a run on {by} events")
 
 
 def wait_all_lent(pool: Pool, rulebook: Rulebook, timeout_s: float = 120) -> None:
+    """Until the idle events have lent every pool node and their run has ended."""
     wait_until(
-        lambda: rulebook.alive_log() and all(pool.journal(n)["state"] == "lent" for n in LENDABLE),
+        lambda: (
+            rulebook.alive_log()
+            and all(pool.journal(n)["state"] == "lent" for n in LENDABLE)
+            and not rulebook.running_playbook()
+        ),
         timeout_s,
         "the idle pool nodes to be lent on idle events",
     )
@@ -258,8 +309,8 @@ def test_idle_nodes_are_lent_and_a_waiting_notebook_runs_on_a_reclaimed_one(
     pool = rulebook.pool
     started = time.time()
     wait_all_lent(pool, rulebook)
-    lent = newest_summary(pool)
-    assert lent["trigger"]["by"] == "idle", lent
+    lent = run_summary(pool, started, "idle")
+    assert lent["lent"] and set(lent["lent"]) <= set(LENDABLE), lent
     for node in LENDABLE:
         pool.idle_slurm_node(node)
 
@@ -271,14 +322,11 @@ def test_idle_nodes_are_lent_and_a_waiting_notebook_runs_on_a_reclaimed_one(
     waited = time.time() - created
     node = pool.running_on("waiting")
     assert node in LENDABLE and pool.journal(node)["state"] == "free"
-    summary = newest_summary(pool)
-    assert summary["trigger"]["by"] == "demand", summary
+    summary = run_summary(pool, created, "demand")
     assert summary["trigger"]["pods"] == [f"{APPS}/waiting"]
     assert summary["returned"] == [node]
-    assert (
-        "; on demand: 1 unschedulable application pod(s): jupyterhub/waiting"
-        in (run_summaries(pool, created)[-1]["message"])
-    )
+    recorded = wait_until(lambda: run_summaries(pool, created), 30, "the run's Event")
+    assert "; on demand: 1 unschedulable application pod(s): jupyterhub/waiting" in recorded[-1]
     # The other node stays lent: a demand of one notebook reclaims one node.
     (other,) = set(LENDABLE) - {node}
     assert pool.journal(other)["state"] == "lent"
@@ -307,6 +355,7 @@ def test_fifty_notebooks_at_once_make_a_few_runs_not_fifty(rulebook: Rulebook) -
         120,
         "the fifty notebooks to run",
     )
+    wait_until(lambda: not rulebook.running_playbook(), 120, "the last run to end")
     runs = [line for line in run_summaries(pool, created) if "; on demand: " in line]
     assert 1 <= len(runs) <= 3, runs
     # The first event gathered the burst (as many as were unschedulable after the debounce).
