@@ -73,7 +73,7 @@ def remove_notebook(pool: Pool, name: str) -> None:
 def event_trials(pool: Pool, trials: int) -> list[float]:
     waited = []
     with tempfile.TemporaryDirectory(prefix="bench-events-") as workdir:
-        rulebook = Rulebook(pool, Path(workdir))
+        rulebook = Rulebook.as_the_deployment(pool, Path(workdir))
         try:
             for trial in range(trials):
                 wait_all_lent(pool, rulebook)

@@ -39,10 +39,13 @@ from test_handover_schedule import (
     STATUS,
     account_kubeconfig,
     account_may,
+    management_host_applied,
+    run_as_service_user,
     schedule_applied,
+    service_command,
     slurm_token,
 )
-from toolbox import wait_until
+from toolbox import LabError, wait_until
 
 from ansible_collections.hpcops.slinky.plugins.plugin_utils._handover.watches import (
     KindWatch,
@@ -93,6 +96,7 @@ def test_the_role_makes_the_rulebooks_deployment_beside_the_cronjob(evented: Poo
         "--rulebook=hpcops.slinky.handover",
         "--inventory=/etc/hpcops-slinky/inventory.yml",
         "--vars=/etc/hpcops-slinky-events/events.yml",
+        "--verbose",
     ]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     events = yaml.safe_load(
@@ -146,11 +150,34 @@ def test_rbac_lets_the_source_watch_what_it_reads_and_nothing_else(
 
 
 class Rulebook:
-    """ansible-rulebook as the Deployment's pod runs it, with its output kept."""
+    """ansible-rulebook run by `argv` with `env`, its output kept in `log_path`."""
 
-    def __init__(self, pool: Pool, workdir: Path) -> None:
-        lab = pool.lab
+    def __init__(
+        self, pool: Pool, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path
+    ) -> None:
         self.pool = pool
+        self.log_path = log_path
+        with self.log_path.open("wb") as out:
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            wait_until(lambda: "watching Pods" in self.alive_log(), 60, "the event source to watch")
+        except (LabError, AssertionError):  # it did not start, or it exited
+            self.stop()
+            raise AssertionError(f"the rulebook did not start:\n{self.log()[-4000:]}") from None
+
+    @classmethod
+    def as_the_deployment(cls, pool: Pool, workdir: Path) -> Rulebook:
+        """As the Deployment's pod runs it: the role's ConfigMaps and the ServiceAccount's
+        token, nothing else."""
+        lab = pool.lab
         inventory = workdir / "inventory.yml"
         inventory.write_text(
             lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-inventory")["data"]["inventory.yml"]
@@ -160,7 +187,6 @@ class Rulebook:
             lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-events")["data"]["events.yml"]
         )
         kubeconfig = account_kubeconfig(lab, workdir / "kubeconfig")
-        self.log_path = workdir / "rulebook.log"
         env = {
             "PATH": f"{BIN}:/usr/bin:/bin",
             "HOME": str(workdir),
@@ -171,23 +197,14 @@ class Rulebook:
             "ANSIBLE_LOCALHOST_WARNING": "false",
             "TMPDIR": str(workdir),
         }
-        with self.log_path.open("wb") as out:
-            self.process = subprocess.Popen(
-                [
-                    str(BIN / "ansible-rulebook"),
-                    "--rulebook=hpcops.slinky.handover",
-                    f"--inventory={inventory}",
-                    f"--vars={arguments}",
-                    "--verbose",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=env,
-                start_new_session=True,
-            )
-        wait_until(lambda: "watching Pods" in self.alive_log(), 60, "the event source to watch")
+        argv = [
+            str(BIN / "ansible-rulebook"),
+            "--rulebook=hpcops.slinky.handover",
+            f"--inventory={inventory}",
+            f"--vars={arguments}",
+            "--verbose",
+        ]
+        return cls(pool, argv, env, workdir, workdir / "rulebook.log")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -249,7 +266,7 @@ def rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebo
     """The rulebook running for one test, on a clean pool; stopped before the pool is
     cleaned again (so it does not lend what the cleaning reclaims)."""
     slurm_token(evented.lab)
-    running = Rulebook(clean_pool, tmp_path)
+    running = Rulebook.as_the_deployment(clean_pool, tmp_path)
     yield running
     running.stop_between_runs()
 
@@ -419,3 +436,56 @@ def test_the_rulebook_stops_cleanly_on_sigterm(rulebook: Rulebook) -> None:
     assert time.time() - began < 15
     assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (code, rulebook.log()[-2000:])
     assert "Traceback" not in rulebook.log(), rulebook.log()[-4000:]
+
+
+@pytest.fixture
+def service_host(evented: Pool) -> Iterator[dict[str, Path]]:
+    """The event kind with its rulebook as a systemd service on this machine as a management
+    host, beside the timer (neither enabled: systemd is not PID 1 here). Last in the module:
+    removing it removes the account the other tests use."""
+    yield from management_host_applied(
+        evented, {**EVENTS, "handover_schedule_event_runner": "systemd"}
+    )
+
+
+def test_the_rulebook_runs_as_a_systemd_service_beside_the_timer(
+    service_host: dict[str, Path], clean_pool: Pool
+) -> None:
+    """The role puts ansible-rulebook in the runs' virtualenv and writes the service; its
+    command, run as its user with nothing but its kubeconfig, lends idle nodes on events."""
+    pool = clean_pool
+    units = service_host["units"]
+    service = units / f"{NAME}-events.service"
+    verify = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            str(service),
+            *(str(units / f"{NAME}.{kind}") for kind in ("service", "timer")),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert verify.returncode == 0, verify.stderr
+    assert NAME not in verify.stderr, verify.stderr
+    assert "Restart=always\n" in service.read_text()
+    arguments = yaml.safe_load((service_host["config"] / f"{NAME}.events.yml").read_text())
+    assert arguments["handover_events"]["kubeconfig"] == str(service_host["kubeconfig"])
+    # On the host, so not in the cluster as well.
+    deployment = f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-events"
+    assert pool.lab.request("GET", deployment)[0] == 404
+
+    slurm_token(pool.lab)
+    argv, env = service_command(service)
+    home = Path(env["HOME"])
+    started = time.time()
+    rulebook = Rulebook(
+        pool, run_as_service_user(home) + argv, env, home, units.parent / "rulebook.log"
+    )
+    try:
+        wait_all_lent(pool, rulebook)
+        lent = run_summary(pool, started, "idle")
+        assert lent["lent"] and set(lent["lent"]) <= set(LENDABLE), lent
+    finally:
+        rulebook.stop_between_runs()

@@ -501,10 +501,10 @@ def test_the_dashboard_is_a_grafana_dashboard_by_grafanas_schema() -> None:
 USER = "hpcops-slinky"
 
 
-@pytest.fixture(scope="module")
-def management_host(scheduled: Pool) -> Iterator[dict[str, Path]]:
-    """The role in systemd mode on this machine, its paths under a scratch directory that
-    the runs' user can reach (the timer is not enabled: systemd is not PID 1 here)."""
+def management_host_applied(pool: Pool, settings: dict[str, t.Any]) -> Iterator[dict[str, Path]]:
+    """The role in systemd mode on this machine with `settings` (the kind among them), its
+    paths under a scratch directory that the runs' user can reach (nothing is enabled:
+    systemd is not PID 1 here). Yields the paths."""
     root = Path(tempfile.mkdtemp(prefix="hpcops-management-host-"))
     root.chmod(0o755)
     # What `ansible-galaxy collection install -r requirements.yml -p` would leave there.
@@ -526,7 +526,6 @@ def management_host(scheduled: Pool) -> Iterator[dict[str, Path]]:
     }
     extra = {
         **SCHEDULE,
-        "handover_schedule_kind": "systemd",
         "handover_schedule_unit_dir": str(paths["units"]),
         "handover_schedule_config_dir": str(paths["config"]),
         "handover_schedule_textfile_dir": str(paths["textfile"]),
@@ -539,21 +538,36 @@ def management_host(scheduled: Pool) -> Iterator[dict[str, Path]]:
         "handover_schedule_lock_path": str(root / "lock" / "handover.lock"),
         "handover_schedule_systemd_enable": False,
         "ansible_become": False,  # the tests run as root; there is no sudo here
+        **settings,
     }
     paths["units"].mkdir()
     (root / "lock").mkdir(mode=0o1777)
     (root / "lock").chmod(0o1777)
-    run = scheduled.playbook("schedule", **extra)
+    run = pool.playbook("schedule", **extra)
     assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
     # The runs' kubeconfig: the ServiceAccount's, readable by the runs' user only.
-    account_kubeconfig(scheduled.lab, paths["kubeconfig"])
+    account_kubeconfig(pool.lab, paths["kubeconfig"])
     subprocess.run(["chown", f"{USER}:{USER}", str(paths["kubeconfig"])], check=True)
     yield paths
-    run = scheduled.playbook("schedule", handover_schedule_state="absent", **extra)
+    run = pool.playbook("schedule", **{**extra, "handover_schedule_state": "absent"})
     assert not run.failed, run.failures()
-    assert not (paths["units"] / f"{NAME}.service").exists()
+    assert not list(paths["units"].iterdir())
     subprocess.run(["userdel", USER], check=False)
     shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def management_host(scheduled: Pool) -> Iterator[dict[str, Path]]:
+    """The systemd kind on this machine (the timer is not enabled: systemd is not PID 1)."""
+    yield from management_host_applied(scheduled, {"handover_schedule_kind": "systemd"})
+
+
+def run_as_service_user(home: Path) -> list[str]:
+    """The prefix that runs a command as the service's user, as systemd would, in `home`
+    (its state directory, made here)."""
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["chown", f"{USER}:{USER}", str(home)], check=True)
+    return ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", "--"]
 
 
 def test_the_units_pass_systemd_analyze_verify(management_host: dict[str, Path]) -> None:
@@ -611,9 +625,7 @@ def test_two_runs_started_together_do_not_overlap(
     """Both as the service would start them: as its user, in its state directory."""
     argv, env = service_command(management_host["units"] / f"{NAME}.service")
     home = Path(env["HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["chown", f"{USER}:{USER}", str(home)], check=True)
-    as_user = ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", "--"]
+    as_user = run_as_service_user(home)
     logs = [home.parent / f"run-{i}.log" for i in range(2)]
     started = time.monotonic()
     runs = [
