@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
+from k8s_binaries import SLINKY_OPERATOR_VERSION
 from pod_runner import OPERATOR_HEALTH_ADDR
 from slurm_pods import SlinkyRest, running_pod
 from toolbox import wait_until
@@ -25,6 +26,9 @@ pytestmark = pytest.mark.integration
 
 SLURM_DEADLINE_S = 90.0
 NAMESPACE = "slurm"
+# v1.1.0 in CI (what the Go proxy serves); a 1.2 build when run by hand (tests/lab/k8s_binaries.py).
+LAB_SLINKY = SLINKY_OPERATOR_VERSION.lstrip("v")
+LAB_RUNS_1_2 = LAB_SLINKY.startswith("1.2.")
 
 
 def helm_releases(lab: t.Any) -> dict[str, str]:
@@ -65,6 +69,23 @@ def slurm(slinky_slurm: SlinkyRest) -> SlinkyRest:
 
 def slurm_nodes(rest: SlinkyRest) -> dict[str, dict[str, t.Any]]:
     return {n["name"]: n for n in rest.get("nodes")["nodes"]}
+
+
+def left_slurm(rest: SlinkyRest, name: str) -> bool:
+    """Whether Slurm node name was let go as the lab's Slinky line does when its pod goes.
+
+    1.1: the slurmd pod's preStop hook deletes the node. 1.2: the hook sets it DOWN and the
+    record stays (pruneSlurmNodeRecords prunes only nodes whose Kubernetes Node is gone), so
+    the handover's reclaim deletes it itself.
+    """
+    node = slurm_nodes(rest).get(name)
+    if not LAB_RUNS_1_2:
+        return node is None
+    return (
+        node is not None
+        and "DOWN" in node["state"]
+        and node["reason"] == "slurm-operator: Pod is terminating"
+    )
 
 
 def test_operator_runs_from_its_chart(deployed: t.Any) -> None:
@@ -204,7 +225,7 @@ def test_upgrade_to_the_installed_release_keeps_the_site_as_it_is(deployed: t.An
     run = run_playbook(UPGRADE, LAB_INVENTORY)
     assert not run.failed, run.failures()
     report = upgrade_report(run)
-    assert report["installed"] == {"crds": "1.1.0", "operator": "1.1.0", "slurm": "1.1.0"}
+    assert report["installed"] == {"crds": LAB_SLINKY, "operator": LAB_SLINKY, "slurm": LAB_SLINKY}
     assert (report["same_version"], report["refusals"], report["changes"]) == (True, [], [])
     assert run.changed == 0, f"changed: {run.changed_tasks()}"
     assert helm_releases(deployed) == before
@@ -214,6 +235,7 @@ def test_upgrade_to_the_installed_release_keeps_the_site_as_it_is(deployed: t.An
     assert order == sorted(order), names
 
 
+@pytest.mark.skipif(LAB_RUNS_1_2, reason="the lab runs Slinky 1.2: no newer line to preflight")
 def test_upgrade_preflight_to_1_2_reports_what_changes_and_changes_nothing(deployed: t.Any) -> None:
     before = helm_releases(deployed)
     run = run_playbook(
@@ -415,12 +437,11 @@ def test_a_lent_node_joins_backfill_through_the_daemonset_nodeset(
     finally:
         status, body = deployed.request("PATCH", "/api/v1/nodes/int01", undo, content_type=merge)
         assert status == 200, body
-    # Given back: the DaemonSet pod goes, its preStop hook deletes the Slurm node.
+    # Given back: the DaemonSet pod goes, its preStop hook lets the Slurm node go.
     wait_until(
-        lambda: set(slurm_nodes(slurm)) == {"hpc-0", "hpc-1"},
-        SLURM_DEADLINE_S,
-        "the lent node to leave Slurm",
+        lambda: left_slurm(slurm, lent[0]["name"]), SLURM_DEADLINE_S, "the lent node to leave Slurm"
     )
+    assert {name for name in slurm_nodes(slurm) if not left_slurm(slurm, name)} == {"hpc-0", "hpc-1"}
 
 
 def test_cert_manager_is_installed_from_its_chart(deployed: t.Any) -> None:
@@ -489,7 +510,7 @@ def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
         )
         assert status == 200, body
     wait_until(
-        lambda: "burst-0" not in slurm_nodes(slurm),
+        lambda: left_slurm(slurm, "burst-0"),
         SLURM_DEADLINE_S,
         "burst-0 to leave Slurm after scaling to 0",
     )
@@ -502,10 +523,15 @@ def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
 def test_a_changed_setting_reaches_the_running_slurmctld(
     deployed: t.Any, slurm: SlinkyRest
 ) -> None:
-    # The operator rewrites slurm.conf; the controller pod's reconfigure (the pod runner, as
-    # the chart's sidecar) makes the running slurmctld read it, with no restart.
-    def backfill_grace() -> int:
-        partitions = {p["name"]: p for p in slurm.get("partitions")["partitions"]}
+    # The operator rewrites slurm.conf. Slinky 1.1: the controller pod's reconfigure (the pod
+    # runner, as the chart's sidecar) makes the running slurmctld read it, with no restart.
+    # 1.2 with inplaceReconfigure false (the role's choice): the slurmctld pod is recreated.
+    def backfill_grace() -> int | None:
+        status, body = slurm.request("GET", f"/slurm/{slurm.api}/partitions")
+        if status == 502 and LAB_RUNS_1_2:
+            return None  # slurmrestd is up, slurmctld is being recreated
+        assert status == 200, body
+        partitions = {p["name"]: p for p in body["partitions"]}
         return int(partitions["backfill"]["grace_time"])
 
     assert backfill_grace() == 30
