@@ -441,7 +441,10 @@ def test_a_lent_node_joins_backfill_through_the_daemonset_nodeset(
     wait_until(
         lambda: left_slurm(slurm, lent[0]["name"]), SLURM_DEADLINE_S, "the lent node to leave Slurm"
     )
-    assert {name for name in slurm_nodes(slurm) if not left_slurm(slurm, name)} == {"hpc-0", "hpc-1"}
+    assert {name for name in slurm_nodes(slurm) if not left_slurm(slurm, name)} == {
+        "hpc-0",
+        "hpc-1",
+    }
 
 
 def test_cert_manager_is_installed_from_its_chart(deployed: t.Any) -> None:
