@@ -504,13 +504,17 @@ def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
         usable = node and "IDLE" in node["state"] and not {"DOWN", "DRAIN"} & set(node["state"])
         return node if usable else None
 
-    for _ in range(2):
+    for scale_out in (1, 2):
         status, body = deployed.request(
             "PATCH", scale, {"spec": {"replicas": 1}}, content_type=merge
         )
         assert status == 200, body
         try:
-            node = wait_until(idle_burst_node, SLURM_DEADLINE_S, "burst-0 idle in slurmctld")
+            node = wait_until(
+                idle_burst_node,
+                SLURM_DEADLINE_S,
+                f"burst-0 idle in slurmctld (scale-out {scale_out})",
+            )
             assert node["partitions"] == ["batch"]
             assert node["features"] == ["burst"]
         finally:
