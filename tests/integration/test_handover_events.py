@@ -175,36 +175,49 @@ class Rulebook:
 
     @classmethod
     def as_the_deployment(cls, pool: Pool, workdir: Path) -> Rulebook:
-        """As the Deployment's pod runs it: the role's ConfigMaps and the ServiceAccount's
-        token, nothing else."""
+        """As the Deployment's pod runs it (kwok runs no container): its container's command
+        and environment, its volumes at their mount paths' place under workdir (the
+        ConfigMaps' files in theirs), the ServiceAccount's token, nothing else. What the
+        image brings (ansible-rulebook, the collection) is this machine's."""
         lab = pool.lab
-        inventory = workdir / "inventory.yml"
-        inventory.write_text(
-            lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-inventory")["data"]["inventory.yml"]
-        )
-        arguments = workdir / "events.yml"
-        arguments.write_text(
-            lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-events")["data"]["events.yml"]
-        )
-        kubeconfig = account_kubeconfig(lab, workdir / "kubeconfig")
+        deployment = lab.get(f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-events")
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        mounts: dict[str, Path] = {}
+        for mount in container["volumeMounts"]:
+            target = workdir / mount["name"]
+            target.mkdir()
+            config_map = volumes[mount["name"]].get("configMap")
+            if config_map:
+                data = lab.get(f"/api/v1/namespaces/{NS}/configmaps/{config_map['name']}")["data"]
+                for key, text in data.items():
+                    (target / key).write_text(text)
+            mounts[mount["mountPath"]] = target
+
+        def placed(value: str) -> str:
+            """value (a path, or --flag=path) with its mount path replaced by its target."""
+            flag, equals, path = (
+                value.rpartition("=") if value.startswith("--") else ("", "", value)
+            )
+            # Longest first: /etc/hpcops-slinky is a prefix of /etc/hpcops-slinky-events.
+            for mount_path in sorted(mounts, key=len, reverse=True):
+                if path == mount_path or path.startswith(f"{mount_path}/"):
+                    return f"{flag}{equals}{mounts[mount_path]}{path[len(mount_path) :]}"
+            return value
+
+        tmp = placed("/tmp")
         env = {
+            **{item["name"]: placed(item["value"]) for item in container.get("env", [])},
             "PATH": f"{BIN}:/usr/bin:/bin",
-            "HOME": str(workdir),
-            "KUBECONFIG": str(kubeconfig),
+            "KUBECONFIG": str(account_kubeconfig(lab, workdir / "kubeconfig")),
             "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
-            "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-local"),
-            "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_LOCALHOST_WARNING": "false",
-            "TMPDIR": str(workdir),
+            "TMPDIR": tmp,
         }
-        argv = [
-            str(BIN / "ansible-rulebook"),
-            "--rulebook=hpcops.slinky.handover",
-            f"--inventory={inventory}",
-            f"--vars={arguments}",
-            "--verbose",
-        ]
-        return cls(pool, argv, env, workdir, workdir / "rulebook.log")
+        argv = [placed(arg) for arg in container["command"] + container.get("args", [])]
+        argv[0] = str(BIN / argv[0])
+        return cls(pool, argv, env, Path(tmp), workdir / "rulebook.log")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -71,14 +71,14 @@ def slurm_nodes(rest: SlinkyRest) -> dict[str, dict[str, t.Any]]:
     return {n["name"]: n for n in rest.get("nodes")["nodes"]}
 
 
-def left_slurm(rest: SlinkyRest, name: str) -> bool:
-    """Whether Slurm node name was let go as the lab's Slinky line does when its pod goes.
+def let_go(node: dict[str, t.Any] | None) -> bool:
+    """Whether a Slurm node (None: no record) is let go as the lab's Slinky line does when
+    its pod goes.
 
     1.1: the slurmd pod's preStop hook deletes the node. 1.2: the hook sets it DOWN and the
     record stays (pruneSlurmNodeRecords prunes only nodes whose Kubernetes Node is gone), so
     the handover's reclaim deletes it itself.
     """
-    node = slurm_nodes(rest).get(name)
     if not LAB_RUNS_1_2:
         return node is None
     return (
@@ -439,9 +439,11 @@ def test_a_lent_node_joins_backfill_through_the_daemonset_nodeset(
         assert status == 200, body
     # Given back: the DaemonSet pod goes, its preStop hook lets the Slurm node go.
     wait_until(
-        lambda: left_slurm(slurm, lent[0]["name"]), SLURM_DEADLINE_S, "the lent node to leave Slurm"
+        lambda: let_go(slurm_nodes(slurm).get(lent[0]["name"])),
+        SLURM_DEADLINE_S,
+        "the lent node to leave Slurm",
     )
-    assert {name for name in slurm_nodes(slurm) if not left_slurm(slurm, name)} == {
+    assert {name for name, node in slurm_nodes(slurm).items() if not let_go(node)} == {
         "hpc-0",
         "hpc-1",
     }
@@ -523,7 +525,7 @@ def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
             )
             assert status == 200, body
         wait_until(
-            lambda: left_slurm(slurm, "burst-0"),
+            lambda: let_go(slurm_nodes(slurm).get("burst-0")),
             SLURM_DEADLINE_S,
             "burst-0 to leave Slurm after scaling to 0",
         )
