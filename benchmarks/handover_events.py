@@ -40,11 +40,9 @@ for path in (
 ):
     sys.path.insert(0, str(path))
 
-import base64  # noqa: E402
 
-from ansible_runner import LAB_INVENTORY, SITE, run_playbook  # noqa: E402
 from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
-from k8s_lab import K8sLab  # noqa: E402
+from handover_reclaim import deployed_lab  # noqa: E402
 from slurm_pods import SlinkyRest  # noqa: E402
 from test_handover_events import EVENTS, Rulebook, notebook, wait_all_lent  # noqa: E402
 from test_handover_schedule import NS, STATUS, slurm_token  # noqa: E402
@@ -118,18 +116,10 @@ def main() -> int:
     parser.add_argument("--cron-trials", type=int, default=3)
     args = parser.parse_args()
 
-    lab = K8sLab()
-    if not lab.is_healthy():
-        print("the lab is not up: make lab-up", file=sys.stderr)
+    lab = deployed_lab()
+    if lab is None:
         return 2
-    status, body = lab.request("GET", "/apis/slinky.slurm.net/v1beta1/nodesets")
-    if status != 200 or not body["items"]:
-        print("deploying the site (playbooks/site.yml) ...", flush=True)
-        run = run_playbook(SITE, LAB_INVENTORY)
-        if run.failed:
-            raise LabError(f"site.yml failed: {run.failures()}")
-    secret = lab.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")
-    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+    rest = SlinkyRest.of_cluster(lab)
     with tempfile.TemporaryDirectory(prefix="bench-key-") as keydir:
         key = Path(keydir) / "jwt.key"
         key.write_bytes(rest.jwt_key)

@@ -24,7 +24,6 @@ Targets: one idle lent node back in 5 s or less (p95), --many nodes in 15 s, a p
 from __future__ import annotations
 
 import argparse
-import base64
 import statistics
 import sys
 import time
@@ -41,7 +40,7 @@ for path in (
     sys.path.insert(0, str(path))
 
 import handover_plan_scale  # noqa: E402
-from ansible_runner import LAB_INVENTORY, SITE, run_playbook  # noqa: E402
+from ansible_runner import deploy_site_unless_deployed  # noqa: E402
 from k8s_lab import K8sLab, LabNode  # noqa: E402
 from slurm_pods import REST_ADDRESS, SlinkyRest  # noqa: E402
 from toolbox import LabError, wait_until  # noqa: E402
@@ -82,6 +81,16 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
 
 
+def deployed_lab() -> K8sLab | None:
+    """The Kubernetes lab with site.yml deployed, or None (said on stderr) when it is down."""
+    lab = K8sLab()
+    if not lab.is_healthy():
+        print("the lab is not up: make lab-up", file=sys.stderr)
+        return None
+    deploy_site_unless_deployed(lab)
+    return lab
+
+
 class Bench:
     def __init__(self, lab: K8sLab, nodes: int) -> None:
         self.lab = lab
@@ -90,12 +99,6 @@ class Bench:
     # -- set-up and clean-up ---------------------------------------------------------
 
     def up(self) -> None:
-        status, body = self.lab.request("GET", "/apis/slinky.slurm.net/v1beta1/nodesets")
-        if status != 200 or not body["items"]:
-            print("deploying the site (playbooks/site.yml) ...", flush=True)
-            run = run_playbook(SITE, LAB_INVENTORY)
-            if run.failed:
-                raise LabError(f"site.yml failed: {run.failures()}")
         self.lab.apply(
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
@@ -358,14 +361,12 @@ def main() -> int:
     parser.add_argument("--many-trials", type=int, default=3)
     args = parser.parse_args()
 
-    lab = K8sLab()
-    if not lab.is_healthy():
-        print("the lab is not up: make lab-up", file=sys.stderr)
+    lab = deployed_lab()
+    if lab is None:
         return 2
     bench = Bench(lab, max(args.many, 1))
     bench.up()
-    secret = lab.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")
-    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+    rest = SlinkyRest.of_cluster(lab)
     slurm = SlurmRestClient(
         Connection(url=f"http://{REST_ADDRESS}", token=rest.token(lifespan=7200))
     )

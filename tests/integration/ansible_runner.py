@@ -223,3 +223,15 @@ def ansible_playbook(
             f"ansible-playbook gave no JSON report (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         ) from None
     return PlaybookRun(proc.returncode, report, proc.stdout + proc.stderr)
+
+
+def deploy_site_unless_deployed(lab: t.Any) -> None:
+    """Run site.yml on the Kubernetes lab `lab` unless it already has NodeSets (benchmarks
+    reuse a deployed lab; a run on one changes nothing but takes about 30 s)."""
+    status, body = lab.request("GET", "/apis/slinky.slurm.net/v1beta1/nodesets")
+    if status == 200 and body["items"]:
+        return
+    print("deploying the site (playbooks/site.yml) ...", flush=True)
+    run = run_playbook(SITE, LAB_INVENTORY)
+    if run.failed:
+        raise RuntimeError(f"site.yml failed: {run.failures()}")

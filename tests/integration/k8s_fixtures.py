@@ -9,7 +9,6 @@ are IDLE.  Test modules load them with ``pytest_plugins = ["k8s_fixtures"]``.
 
 from __future__ import annotations
 
-import base64
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,8 +59,7 @@ def slinky_site(k8s_lab: K8sLab) -> K8sLab:
 @pytest.fixture(scope="module")
 def slinky_slurm(slinky_site: K8sLab) -> SlinkyRest:
     """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
-    secret = slinky_site.get("/api/v1/namespaces/slurm/secrets/slurm-jwt-key")
-    rest = SlinkyRest(base64.b64decode(secret["data"]["jwt_hs256.key"]))
+    rest = SlinkyRest.of_cluster(slinky_site)
 
     def batch_nodes_idle() -> bool:
         try:

@@ -130,9 +130,9 @@ class Release:
     suite: str
     debootstrap_script: str | None
     subnet: str
-    ctld_port: int
-    slurmd_port: int
-    rest_port: int
+    # slurmctld listens on port_base + 17, slurmd on + 18, slurmrestd on + 20 (Slurm's
+    # own 6817, 6818 and 6820 for port_base 6800).
+    port_base: int
     dynamic_nodes: bool
     # What its slurmrestd offers, measured with GET /openapi/v3 (forky 26.05.5, trixie 24.11.5).
     api_versions: tuple[str, ...]
@@ -141,6 +141,18 @@ class Release:
     max_job_count: int = 10000
     # Whether tests and `--release all` use it; the scale cluster is for benchmarks only.
     in_test_matrix: bool = True
+
+    @property
+    def ctld_port(self) -> int:
+        return self.port_base + 17
+
+    @property
+    def slurmd_port(self) -> int:
+        return self.port_base + 18
+
+    @property
+    def rest_port(self) -> int:
+        return self.port_base + 20
 
     @property
     def tag(self) -> str:
@@ -165,9 +177,7 @@ SLURM_2605 = Release(
     # The host's debootstrap has no forky script; sid's works for it.
     debootstrap_script="sid",
     subnet="198.18.26",
-    ctld_port=16817,
-    slurmd_port=16818,
-    rest_port=16820,
+    port_base=16800,
     dynamic_nodes=True,
     api_versions=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
 )
@@ -178,9 +188,7 @@ RELEASES: dict[str, Release] = {
         suite="trixie",
         debootstrap_script=None,
         subnet="198.18.24",
-        ctld_port=26817,
-        slurmd_port=26818,
-        rest_port=26820,
+        port_base=26800,
         dynamic_nodes=False,
         api_versions=("v0.0.40", "v0.0.41", "v0.0.42"),
     ),
@@ -189,9 +197,7 @@ RELEASES: dict[str, Release] = {
         SLURM_2605,
         name="scale",
         subnet="198.18.27",
-        ctld_port=17817,
-        slurmd_port=17818,
-        rest_port=17820,
+        port_base=17800,
         dynamic_nodes=False,
         scale_nodes=2000,
         max_job_count=20000,

@@ -71,9 +71,7 @@ SLINKY_RELEASE = dataclasses.replace(
     RELEASES["26.05"],
     name="slinky",
     subnet="198.18.28",
-    ctld_port=6817,
-    slurmd_port=6818,
-    rest_port=6820,
+    port_base=6800,
     in_test_matrix=False,
 )
 BRIDGE = SLINKY_RELEASE.prefix
@@ -445,6 +443,12 @@ class SlinkyRest(LabRestOracle):
 
     def __init__(self, jwt_key: bytes) -> None:
         self.jwt_key = jwt_key
+
+    @classmethod
+    def of_cluster(cls, lab: Any, namespace: str = "slurm") -> SlinkyRest:
+        """The slurmrestd of the cluster deployed in the Kubernetes lab `lab`."""
+        secret = lab.get(f"/api/v1/namespaces/{namespace}/secrets/slurm-jwt-key")
+        return cls(base64.b64decode(secret["data"]["jwt_hs256.key"]))
 
     def token(self, user: str = "root", lifespan: int = 600) -> str:
         return lab_jwt(self.jwt_key, user, lifespan)
