@@ -40,7 +40,6 @@ for path in (
 ):
     sys.path.insert(0, str(path))
 
-
 from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
 from handover_reclaim import deployed_lab  # noqa: E402
 from slurm_pods import SlinkyRest  # noqa: E402
