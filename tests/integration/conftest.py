@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+import k8s_lab
 from slurm_lab import RELEASES, TEST_RELEASES, SlurmLab
 from toolbox import LabError
 
@@ -120,6 +121,9 @@ EARLY_MODULES = (
     "test_slurm_modules.py",
     "test_role_values_golden.py",
 )
+# The older Slinky line and the upgrade from it start the Kubernetes tests: they begin with a
+# fresh lab, and the modules after them reuse the upgraded site.
+FIRST_KUBERNETES_MODULES = ("test_k8s_lab.py", "test_slinky_upgrade.py")
 KIND_PREPARE_LOG = Path(__file__).resolve().parents[2] / ".kind" / "prepare.log"
 INTEGRATION_DIR = Path(__file__).resolve().parent
 
@@ -136,8 +140,17 @@ def pytest_collection_modifyitems(
             return 0  # the unit tests, in the same session under `make test`, come first
         return 1 if name in EARLY_MODULES else 3 if name in LATE_MODULES else 2
 
-    late_order = {name: index for index, name in enumerate(LATE_MODULES)}
-    items.sort(key=lambda item: (phase(item), late_order.get(item.path.name, 0)))
+    order = {name: index for index, name in enumerate(LATE_MODULES)}
+    order |= {
+        name: index - len(FIRST_KUBERNETES_MODULES)
+        for index, name in enumerate(FIRST_KUBERNETES_MODULES)
+    }
+    items.sort(key=lambda item: (phase(item), order.get(item.path.name, 0)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which Slinky release the lab and kind run, and where each build comes from."""
+    return f"Slinky: {k8s_lab.slinky_summary()}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 MIRROR = "registry.hpc.example.org"
 # The release the lab can package; the values of the 1.2 line are checked in the golden files.
-LAB_LINE = {"slinky_version": k8s_binaries.SLINKY_OPERATOR_VERSION.lstrip("v")}
+LAB_LINE = {"slinky_version": k8s_binaries.LAB_SLINKY_VERSION.lstrip("v")}
 
 # gpu-operator v26.7.0 deployments/gpu-operator/values.yaml: every component with a
 # `repository`, and node-feature-discovery 0.19.0's image.repository (vgpuManager has none:

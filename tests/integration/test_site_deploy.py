@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
-from k8s_binaries import SLINKY_OPERATOR_VERSION
+from k8s_binaries import LAB_SLINKY_VERSION
 from pod_runner import OPERATOR_HEALTH_ADDR
 from slurm_pods import SlinkyRest, running_pod
 from toolbox import wait_until
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 SLURM_DEADLINE_S = 90.0
 NAMESPACE = "slurm"
 # v1.1.0 in CI (what the Go proxy serves); a 1.2 build when run by hand (tests/lab/k8s_binaries.py).
-LAB_SLINKY = SLINKY_OPERATOR_VERSION.lstrip("v")
+LAB_SLINKY = LAB_SLINKY_VERSION.lstrip("v")
 LAB_RUNS_1_2 = LAB_SLINKY.startswith("1.2.")
 
 

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -53,17 +55,134 @@ BUILD_LOG_DIR = BIN_DIR / "logs"
 BUILD_TIMES = BIN_DIR / "build-times.json"
 
 SLINKY_OPERATOR_MODULE = "github.com/SlinkyProject/slurm-operator"
-# The newest release the Go module proxy serves here (v1.1.1 and later are refused, HTTP 403).
-# A release the proxy refuses can be built once from its source, by hand, never in CI:
-#   HPCOPS_LAB_SLINKY_VERSION=v1.2.1 HPCOPS_LAB_SLINKY_SOURCE=<git archive of the tag>
-#   HPCOPS_LAB_SLURM_CLIENT_SOURCE=<git archive of the slurm-client its go.mod names>
-SLINKY_OPERATOR_VERSION = os.environ.get("HPCOPS_LAB_SLINKY_VERSION", "v1.1.0")
-SLINKY_OPERATOR_SOURCE = os.environ.get("HPCOPS_LAB_SLINKY_SOURCE", "")
 SLURM_CLIENT_MODULE = "github.com/SlinkyProject/slurm-client"
-SLURM_CLIENT_SOURCE = os.environ.get("HPCOPS_LAB_SLURM_CLIENT_SOURCE", "")
+# The newest release the Go module proxy serves here (v1.1.1 and later are refused, HTTP 403).
+PROXY_SLINKY_VERSION = "v1.1.0"
 # slurm-client v1.1.0 is refused by the proxy too; v1.0.1 has the same API versions
 # (v0041 to v0044) and builds with operator v1.1.0 unchanged.
-SLURM_CLIENT_FALLBACK = "v1.0.1"
+SLURM_CLIENT_FALLBACKS = {"v1.1.0": "v1.0.1"}
+# Public release sources the proxy refuses, as `git archive`s of their tags, when this
+# workplace provides them (never copied into the repository); outside it, a proxy that serves
+# every release needs none of them.
+SHARED_SOURCES = Path(
+    os.environ.get(
+        "HPCOPS_SHARED_SOURCES", Path(__file__).resolve().parents[3] / "shared" / "sources"
+    )
+)
+SOURCES_DIR = CACHE_DIR / "sources"
+
+
+@dataclass(frozen=True)
+class SourceArchive:
+    """One release tag's source as a `git archive` (<name>.tar.gz unpacking into <name>/)."""
+
+    name: str
+    module: str
+    version: str
+    commit: str
+    sha256: str
+
+    @property
+    def path(self) -> Path:
+        return SHARED_SOURCES / f"{self.name}.tar.gz"
+
+    def present(self) -> bool:
+        return self.path.is_file()
+
+    def unpacked(self) -> Path:
+        """The archive's tree in SOURCES_DIR, unpacked once after its sha256 was checked."""
+        tree = SOURCES_DIR / self.name
+        stamp = SOURCES_DIR / f"{self.name}.sha256"
+        if tree.is_dir() and stamp.exists() and stamp.read_text().strip() == self.sha256:
+            return tree
+        digest = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        if digest != self.sha256:
+            raise LabError(
+                f"{self.path}: sha256 {digest}, expected {self.sha256} ({self.module} "
+                f"{self.version}, commit {self.commit}); the file is not that release: remove it "
+                "or replace it with the release's own archive"
+            )
+        SOURCES_DIR.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=SOURCES_DIR) as scratch:
+            with tarfile.open(self.path) as archive:
+                archive.extractall(scratch, filter="data")
+            if not Path(scratch, self.name, "go.mod").exists():
+                raise LabError(f"{self.path} does not unpack into {self.name}/ with a go.mod")
+            shutil.rmtree(tree, ignore_errors=True)
+            Path(scratch, self.name).rename(tree)
+        stamp.write_text(self.sha256 + "\n")
+        log(f"unpacked {self.path.name} (sha256 checked) into {tree}")
+        return tree
+
+
+# What ../shared/sources/README.md lists (tag, commit, sha256), by module and version.
+SOURCE_ARCHIVES = {
+    (archive.module, archive.version): archive
+    for archive in (
+        SourceArchive(
+            "slurm-operator-v1.2.1",
+            SLINKY_OPERATOR_MODULE,
+            "v1.2.1",
+            "87313dac23e95f5632439e99c9fe9e325ece1bcd",
+            "d38fce907ada5c891e2feacfd1488e33bda5b8080c26747fea6046964b1077bf",
+        ),
+        SourceArchive(
+            "slurm-client-v1.2.1",
+            SLURM_CLIENT_MODULE,
+            "v1.2.1",
+            "718b4eccd1f86b73ea90b6da7ea05a7782c02c83",
+            "b1c6c3a11f56b554afb04eaebac4c5d229a147ab64162e3028a048443b1b27d8",
+        ),
+    )
+}
+
+
+def archived_slinky_versions() -> list[str]:
+    """Operator releases whose source archive is here, oldest first."""
+    return sorted(
+        (
+            version
+            for (module, version), archive in SOURCE_ARCHIVES.items()
+            if module == SLINKY_OPERATOR_MODULE and archive.present()
+        ),
+        key=version_key,
+    )
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.lstrip("v").split("."))
+
+
+# A release given by hand (a build from another tree, never in CI):
+#   HPCOPS_LAB_SLINKY_VERSION=v1.2.2 HPCOPS_LAB_SLINKY_SOURCE=<its source tree>
+#   HPCOPS_LAB_SLURM_CLIENT_SOURCE=<the slurm-client tree its go.mod names>
+# With HPCOPS_LAB_SLINKY_VERSION alone, the release comes from an archive here or the proxy.
+SLINKY_SOURCE_OVERRIDE = os.environ.get("HPCOPS_LAB_SLINKY_SOURCE", "")
+SLURM_CLIENT_SOURCE_OVERRIDE = os.environ.get("HPCOPS_LAB_SLURM_CLIENT_SOURCE", "")
+# The releases the lab builds, oldest first: the proxy's, the archived ones, the one asked for.
+# The newest is the lab's release (what inventories/lab deploys); the older ones serve the
+# tests of the older line and the upgrade test.
+SLINKY_VERSIONS = sorted(
+    {
+        PROXY_SLINKY_VERSION,
+        *archived_slinky_versions(),
+        *filter(None, [os.environ.get("HPCOPS_LAB_SLINKY_VERSION", "")]),
+    },
+    key=version_key,
+)
+LAB_SLINKY_VERSION = os.environ.get("HPCOPS_LAB_SLINKY_VERSION") or SLINKY_VERSIONS[-1]
+
+
+def slinky_origin(version: str) -> str:
+    """Where the lab's build of an operator release comes from, for logs and test headers."""
+    if SLINKY_SOURCE_OVERRIDE and version == LAB_SLINKY_VERSION:
+        return f"source tree {SLINKY_SOURCE_OVERRIDE}"
+    archive = SOURCE_ARCHIVES.get((SLINKY_OPERATOR_MODULE, version))
+    if archive and archive.present():
+        return f"{archive.path} (tag {version}, commit {archive.commit[:12]}, sha256 checked)"
+    return "the Go module proxy"
+
+
 # The Kubernetes of the operator's 1.x line (slurm-operator v1.2.1's go.mod); v1.1.0 is
 # built against 1.35, within the one-minor client skew Kubernetes supports (checked at build).
 KUBERNETES_VERSION = "v1.36.2"
@@ -204,11 +323,38 @@ def go_install(binary: Binary, out: Path, package: str, ldflags: str = "-s -w") 
 # --------------------------------------------------------------------------------------
 
 
-def slinky_operator_source() -> Path:
-    """The operator's module tree at SLINKY_OPERATOR_VERSION (code, charts and CRDs)."""
-    if SLINKY_OPERATOR_SOURCE:
-        return Path(SLINKY_OPERATOR_SOURCE)
-    return Path(go_mod_download(f"{SLINKY_OPERATOR_MODULE}@{SLINKY_OPERATOR_VERSION}")["Dir"])
+def slinky_operator_source(version: str = LAB_SLINKY_VERSION) -> Path:
+    """The operator's tree at version (code, charts and CRDs): a source given by hand, an
+    archive here (sha256 checked), or the Go module proxy's download."""
+    if SLINKY_SOURCE_OVERRIDE and version == LAB_SLINKY_VERSION:
+        return Path(SLINKY_SOURCE_OVERRIDE)
+    archive = SOURCE_ARCHIVES.get((SLINKY_OPERATOR_MODULE, version))
+    if archive and archive.present():
+        return archive.unpacked()
+    return Path(go_mod_download(f"{SLINKY_OPERATOR_MODULE}@{version}")["Dir"])
+
+
+def slurm_client_replacement(wanted: str) -> str | None:
+    """What replaces slurm-client `wanted` in the operator's go.mod, or None when the proxy
+    serves it: a tree given by hand, an archive here, or a compatible served release."""
+    try:
+        go_mod_download(f"{SLURM_CLIENT_MODULE}@{wanted}")
+        return None
+    except LabError as refused:
+        archive = SOURCE_ARCHIVES.get((SLURM_CLIENT_MODULE, wanted))
+        if SLURM_CLIENT_SOURCE_OVERRIDE:
+            replacement = SLURM_CLIENT_SOURCE_OVERRIDE
+        elif archive and archive.present():
+            replacement = str(archive.unpacked())
+        elif wanted in SLURM_CLIENT_FALLBACKS:
+            replacement = f"{SLURM_CLIENT_MODULE}@{SLURM_CLIENT_FALLBACKS[wanted]}"
+        else:
+            raise LabError(
+                f"{refused}; no {SLURM_CLIENT_MODULE} {wanted} here either: put its archive in "
+                f"{SHARED_SOURCES} or set HPCOPS_LAB_SLURM_CLIENT_SOURCE to its source tree"
+            ) from None
+        log(f"{refused}; building with {replacement}")
+        return replacement
 
 
 def minor_version(version: str) -> tuple[int, int]:
@@ -216,46 +362,39 @@ def minor_version(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def check_kubernetes_skew() -> None:
+def check_kubernetes_skew(version: str = LAB_SLINKY_VERSION) -> None:
     """LabError unless the operator's client libraries are within one minor of the lab's Kubernetes.
 
     Kubernetes supports clients one minor version older or newer than the apiserver.
     """
-    go_mod = (slinky_operator_source() / "go.mod").read_text()
+    go_mod = (slinky_operator_source(version) / "go.mod").read_text()
     wanted = required_version(go_mod, "k8s.io/kubernetes")
     if wanted is None:
-        raise LabError(
-            f"slurm-operator {SLINKY_OPERATOR_VERSION}'s go.mod requires no k8s.io/kubernetes"
-        )
+        raise LabError(f"slurm-operator {version}'s go.mod requires no k8s.io/kubernetes")
     lab_major, lab_minor = minor_version(KUBERNETES_VERSION)
     op_major, op_minor = minor_version(wanted)
     if op_major != lab_major or abs(op_minor - lab_minor) > 1:
         raise LabError(
-            f"slurm-operator {SLINKY_OPERATOR_VERSION} is built against Kubernetes {wanted}, "
+            f"slurm-operator {version} is built against Kubernetes {wanted}, "
             f"more than one minor version from the lab's {KUBERNETES_VERSION}: "
             f"update KUBERNETES_VERSION in {__file__}"
         )
 
 
 def build_slinky_operator(binary: Binary, out: Path) -> None:
-    """cmd/manager of the operator's module, with the slurm-client its go.mod names if served.
-
-    The proxy refuses slurm-client v1.1.0 (the version operator v1.1.0 requires), so the
-    build replaces it with SLURM_CLIENT_FALLBACK in a scratch copy of the module; the
-    module cache itself is never modified.
-    """
-    source = slinky_operator_source()
+    """cmd/manager of the operator's tree at binary.version, in a scratch copy of it (the
+    module cache and the unpacked archives are never modified), with the slurm-client its
+    go.mod names or the replacement slurm_client_replacement finds."""
+    source = slinky_operator_source(binary.version)
     wanted = required_version((source / "go.mod").read_text(), SLURM_CLIENT_MODULE)
+    log(f"slurm-operator {binary.version} from {slinky_origin(binary.version)}")
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
         tree = Path(scratch, "slurm-operator")
         shutil.copytree(source, tree)
         for path in tree.rglob("*"):
             path.chmod(path.stat().st_mode | 0o200)
-        try:
-            go_mod_download(f"{SLURM_CLIENT_MODULE}@{wanted}")
-        except LabError as refused:
-            replacement = SLURM_CLIENT_SOURCE or f"{SLURM_CLIENT_MODULE}@{SLURM_CLIENT_FALLBACK}"
-            log(f"{refused}; building with {replacement}")
+        replacement = slurm_client_replacement(wanted) if wanted else None
+        if replacement:
             run_logged(
                 ["go", "mod", "edit", f"-replace={SLURM_CLIENT_MODULE}={replacement}"],
                 binary.build_log,
@@ -304,14 +443,16 @@ def restore_vendor_templates(chart: Path) -> None:
 CHARTS_DIR = CACHE_DIR / "charts"
 
 
-def slinky_charts() -> dict[str, Path]:
-    """The Slinky charts of the pinned operator module, packaged as a mirror would hold them.
+def slinky_charts(version: str = LAB_SLINKY_VERSION) -> dict[str, Path]:
+    """The Slinky charts of the operator's tree at version, packaged as a mirror would hold
+    them, so that operator, CRDs and charts are one release.
 
-    The module holds chart folders; slurm-operator depends on slurm-operator-crds through a
+    The tree holds chart folders; slurm-operator depends on slurm-operator-crds through a
     file:// repository, which `helm dependency build` resolves offline.  Returns chart name
     -> .tgz path in $HPCOPS_LAB_CACHE/charts/slinky-<version>/, packaged once.
     """
-    version = SLINKY_OPERATOR_VERSION.lstrip("v")
+    source = version
+    version = version.lstrip("v")
     out_dir = CHARTS_DIR / f"slinky-{version}"
     packages = {name: out_dir / f"{name}-{version}.tgz" for name in SLINKY_CHARTS}
     if all(path.exists() for path in packages.values()):
@@ -321,7 +462,7 @@ def slinky_charts() -> dict[str, Path]:
     log_path = BUILD_LOG_DIR / f"slinky-charts-{version}.log"
     with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
         tree = Path(scratch, "helm")
-        shutil.copytree(slinky_operator_source() / "helm", tree)
+        shutil.copytree(slinky_operator_source(source) / "helm", tree)
         for path in tree.rglob("*"):
             path.chmod(path.stat().st_mode | 0o200)
         restore_vendor_templates(tree / "slurm")
@@ -679,6 +820,13 @@ def build_etcd(binary: Binary, out: Path) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def slinky_operator(version: str) -> Binary:
+    """The operator of one Slinky release; it has no --version flag: -help lists its flags."""
+    return Binary(
+        "slurm-operator", version, build_slinky_operator, ("-help",), "-slurmclient-workers", 3.5
+    )
+
+
 def kubernetes_binary(name: str, cold_minutes: float) -> Binary:
     check, expect = {
         "kubectl": (("version", "--client"), f"Client Version: {KUBERNETES_VERSION}"),
@@ -731,15 +879,7 @@ BINARIES: dict[str, Binary] = {
             f"CoreDNS-{COREDNS_VERSION.lstrip('v')}",
             2.2,
         ),
-        # The operator has no --version flag; -help lists its flags and exits 0.
-        Binary(
-            "slurm-operator",
-            SLINKY_OPERATOR_VERSION,
-            build_slinky_operator,
-            ("-help",),
-            "-slurmclient-workers",
-            3.5,
-        ),
+        slinky_operator(LAB_SLINKY_VERSION),
     )
 }
 
@@ -814,6 +954,21 @@ def format_duration(seconds: float) -> str:
 def ensure(names: Sequence[str] | None = None) -> dict[str, Path]:
     """Paths of the named binaries (default: all), building those that are missing."""
     wanted = [binary(name) for name in (names or BINARIES)]
+    ensure_binaries(wanted)
+    return {b.name: b.path for b in wanted}
+
+
+def ensure_slinky(versions: Sequence[str] = SLINKY_VERSIONS) -> dict[str, dict[str, Path]]:
+    """Each Slinky release's operator and charts, built from one tree; version -> name -> path."""
+    operators = [slinky_operator(version) for version in versions]
+    ensure_binaries(operators)
+    return {
+        op.version: {"slurm-operator": op.path, **slinky_charts(op.version)} for op in operators
+    }
+
+
+def ensure_binaries(wanted: Sequence[Binary]) -> None:
+    """Build those of wanted that are missing, one build at a time."""
     missing = [b for b in wanted if not b.path.exists()]
     if missing:
         require_go()
@@ -821,11 +976,10 @@ def ensure(names: Sequence[str] | None = None) -> dict[str, Path]:
         with build_lock():
             for b in missing:
                 if not b.path.exists():  # another process may have built it meanwhile
-                    timings[b.name] = build_one(b)
+                    timings[b.path.name] = build_one(b)
         if timings:
             summary = ", ".join(f"{name} {format_duration(s)}" for name, s in timings.items())
             log(f"build times: {summary} (total {format_duration(sum(timings.values()))})")
-    return {b.name: b.path for b in wanted}
 
 
 # --------------------------------------------------------------------------------------
@@ -836,13 +990,22 @@ def ensure(names: Sequence[str] | None = None) -> dict[str, Path]:
 def cmd_build(args: argparse.Namespace) -> int:
     for name, path in ensure(args.only).items():
         print(f"{name:<24}{path}")
+    if not args.only:
+        for version, paths in ensure_slinky().items():
+            for name, path in paths.items():
+                print(f"{name + ' ' + version:<24}{path}")
     return 0
+
+
+def all_binaries() -> list[Binary]:
+    """The catalogue and the operator of every Slinky release the lab builds."""
+    return [*BINARIES.values(), *(slinky_operator(v) for v in SLINKY_VERSIONS)]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     times = load_build_times()
     missing = 0
-    for b in BINARIES.values():
+    for b in dict.fromkeys(all_binaries()):
         if not b.path.exists():
             missing += 1
             print(f"{b.name:<24}{b.version:<10}MISSING  {b.path}")

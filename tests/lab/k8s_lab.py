@@ -87,6 +87,7 @@ KUBECONFIG_PATH = REPO_LAB_DIR / "kubeconfig"
 CLIENT_BIN_DIR = REPO_LAB_DIR / "bin"
 CLIENT_TOOLS = ("kubectl", "helm")
 CHARTS_LINK_DIR = REPO_LAB_DIR / "charts"
+SLINKY_VERSION_FILE = REPO_LAB_DIR / "slinky-version"
 
 HOST = "127.0.0.1"
 ETCD_CLIENT_PORT = 12379
@@ -329,6 +330,14 @@ def component_exe(component: str) -> Path:
     return k8s_binaries.binary(component).path
 
 
+def slinky_summary() -> str:
+    """Which Slinky release the lab deploys, and where each release it builds comes from."""
+    releases = "; ".join(
+        f"{v} from {k8s_binaries.slinky_origin(v)}" for v in k8s_binaries.SLINKY_VERSIONS
+    )
+    return f"the lab deploys {k8s_binaries.LAB_SLINKY_VERSION} ({releases})"
+
+
 def stray_pids() -> list[int]:
     """Processes of the lab's binaries that use the lab's runtime directory.
 
@@ -338,7 +347,7 @@ def stray_pids() -> list[int]:
     """
     binaries = (
         *(str(component_exe(name)) for name in COMPONENTS),
-        str(k8s_binaries.binary("slurm-operator").path),
+        *(str(k8s_binaries.slinky_operator(v).path) for v in k8s_binaries.SLINKY_VERSIONS),
     )
     found = []
     for entry in Path("/proc").iterdir():
@@ -551,12 +560,6 @@ class K8sLab(RunDirState):
                     # The pod runner's Slurm pods live in this cache's chroot, where `down`
                     # looks for what to stop.
                     "HPCOPS_LAB_CACHE": str(CACHE_DIR),
-                    # The pod runner picks the operator binary of the release under test.
-                    **{
-                        name: value
-                        for name, value in os.environ.items()
-                        if name.startswith("HPCOPS_LAB_SLINKY_")
-                    },
                 },
                 start_new_session=True,
             )
@@ -586,7 +589,10 @@ class K8sLab(RunDirState):
 
     def up(self) -> None:
         """Start the lab, or reuse it when it is already up, healthy and configured the same."""
-        k8s_binaries.ensure([*BINARY_COMPONENTS, "slurm-operator", *CLIENT_TOOLS])
+        k8s_binaries.ensure([*BINARY_COMPONENTS, *CLIENT_TOOLS])
+        # Every release's operator (the pod runner runs the one a pod's image names) and charts.
+        k8s_binaries.ensure_slinky()
+        log(f"Slinky: {slinky_summary()}")
         # Before the pod runner needs it for the first Slurm pod, which must not wait a minute.
         ensure_chroot(SLINKY_RELEASE)
         if self.is_healthy() and self.load_state().get("commands") == self.commands():
@@ -721,16 +727,18 @@ class K8sLab(RunDirState):
             link = CLIENT_BIN_DIR / name
             link.unlink(missing_ok=True)
             link.symlink_to(k8s_binaries.binary(name).path)
-        # inventories/lab installs the Slinky charts from here, as a site from its mirror.
-        CHARTS_LINK_DIR.mkdir(parents=True, exist_ok=True)
-        packages = {
-            **k8s_binaries.slinky_charts(),
-            "cert-manager": k8s_binaries.cert_manager_chart(),
-        }
-        for name, package in packages.items():
-            link = CHARTS_LINK_DIR / f"{name}.tgz"
-            link.unlink(missing_ok=True)
+        # inventories/lab installs the charts from here, as a site from its mirror: each Slinky
+        # release's in slinky-<version>/; SLINKY_VERSION_FILE names the lab's release.
+        shutil.rmtree(CHARTS_LINK_DIR, ignore_errors=True)
+        packages = {"cert-manager.tgz": k8s_binaries.cert_manager_chart()}
+        for version in k8s_binaries.SLINKY_VERSIONS:
+            for name, package in k8s_binaries.slinky_charts(version).items():
+                packages[f"slinky-{version.lstrip('v')}/{name}.tgz"] = package
+        for relative, package in packages.items():
+            link = CHARTS_LINK_DIR / relative
+            link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(package)
+        SLINKY_VERSION_FILE.write_text(k8s_binaries.LAB_SLINKY_VERSION.lstrip("v") + "\n")
 
     # ---- status ----------------------------------------------------------------------
 
@@ -752,6 +760,12 @@ class K8sLab(RunDirState):
                 }
         return {
             "kubernetes_version": KUBERNETES_VERSION,
+            "slinky": {
+                "lab_release": k8s_binaries.LAB_SLINKY_VERSION,
+                "releases": {
+                    v: k8s_binaries.slinky_origin(v) for v in k8s_binaries.SLINKY_VERSIONS
+                },
+            },
             "url": self.url,
             "kubeconfig": str(self.kubeconfig_path),
             "components": {
@@ -822,6 +836,7 @@ def print_status(report: dict[str, Any]) -> None:
     if not report["up"]:
         return
     print(f"  API         {report['url']}  KUBECONFIG={report['kubeconfig']}")
+    print(f"  Slinky      {slinky_summary()}")
     for name, component in report["components"].items():
         state = "alive" if component["alive"] else "DEAD"
         print(f"  {name:<24}pid {component['pid']!s:<8}{state}")

@@ -17,7 +17,9 @@ recipe it was built from, so ``build`` rebuilds only what changed.
 * ``hpcops.local/slinky/{slurmctld,slurmd,slurmrestd}:<slurm>-debian-forky``: Slurm 26.05
   from Debian forky, honouring what the Slinky operator v1.1 expects of its images (users,
   paths, arguments: see ``kind/slurmd-entrypoint.sh``).
-* ``hpcops.local/slinky/slurm-operator:1.1.0``: the lab's operator build; and
+* ``hpcops.local/slinky/slurm-operator:<release>``: the lab's operator build of its Slinky
+  release (``k8s_binaries.LAB_SLINKY_VERSION``: 1.2.1 where the public sources are beside
+  the checkout, else what the Go module proxy serves); and
   ``hpcops.local/library/busybox`` for the chart's log sidecars.
 
 CLI::
@@ -78,7 +80,7 @@ PAUSE_TAG = "3.10.2"
 NODE_IMAGE = f"{REGISTRY}/kind-node:{KUBERNETES_VERSION}"
 SLURM_REPOSITORY = f"{REGISTRY}/slinky"
 SLURM_SUITE = "forky"
-SLINKY_VERSION = k8s_binaries.SLINKY_OPERATOR_VERSION.lstrip("v")
+SLINKY_VERSION = k8s_binaries.LAB_SLINKY_VERSION.lstrip("v")
 BUSYBOX_IMAGE = f"{REGISTRY}/library/busybox:1.38"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -586,8 +588,9 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     """What the kind inventory and molecule's create read, in <repo>/.kind (not committed).
 
     bin/ links kind, kubectl and helm; charts/ the Slinky charts packaged from the operator's
-    module; keda-crds/ KEDA's CRDs from its module; load-images.txt the images `kind load`
-    puts on the nodes; slurm-image-tag the tag of the Slurm images.
+    tree (the release of the operator image); keda-crds/ KEDA's CRDs from its module;
+    load-images.txt the images `kind load` puts on the nodes; slurm-image-tag the tag of the
+    Slurm images; slinky-version that release.
     """
     binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
     charts = k8s_binaries.slinky_charts()
@@ -603,6 +606,10 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     load = [ref for key, ref in refs.items() if key != "kind-node" and not catalogue_[key].preload]
     (CHECKOUT_DIR / "load-images.txt").write_text("\n".join(load) + "\n")
     (CHECKOUT_DIR / "slurm-image-tag").write_text(refs["slurmd"].rsplit(":", 1)[1])
+    (CHECKOUT_DIR / "slinky-version").write_text(SLINKY_VERSION + "\n")
+    log(
+        f"kind runs Slinky {SLINKY_VERSION}, from {k8s_binaries.slinky_origin('v' + SLINKY_VERSION)}"
+    )
     return CHECKOUT_DIR
 
 
@@ -621,7 +628,11 @@ def prepare() -> float:
     # The lab's own binaries first, one lock at a time: a lab test that needs them then
     # either finds them built or takes the lock between two builds, never waits on ours.
     lab_first = [name for name in k8s_binaries.BINARIES if name not in KIND_BINARIES]
-    for name in [*lab_first, *KIND_BINARIES]:
+    for name in lab_first:
+        k8s_binaries.ensure([name])
+    # Every Slinky release the lab runs (the older line's tests and the upgrade test too).
+    k8s_binaries.ensure_slinky()
+    for name in KIND_BINARIES:
         k8s_binaries.ensure([name])
     with build_lock():
         for root in (bookworm_base, slurm_root, node_root):

@@ -8,7 +8,8 @@ and stops it (SIGTERM, then SIGKILL) when the pod is gone or terminating.
 
 Known pods (by the last path element of a container image's repository):
 
-* ``slurm-operator``: the real operator binary from ``k8s_binaries.py`` with the pod's
+* ``slurm-operator``: the real operator binary from ``k8s_binaries.py`` of the release the
+  image's tag names (so an upgrade of the chart changes the program too), with the pod's
   own arguments, the listen addresses moved to 127.0.0.1, and a kubeconfig holding a token
   of the pod's service account (so the chart's RBAC is what the operator gets).  ``DEBUG=1``
   makes the operator reach slurmrestd at ``http://localhost:6820`` instead of a Service
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import k8s_binaries
-from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name
+from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name, image_tag
 from toolbox import LabError
 
 POLL_S = 1.0
@@ -66,6 +67,19 @@ def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
             continue
         out.append(arg)
     return [*out, flag, value]
+
+
+def operator_binary(image: str) -> Path:
+    """The lab's build of the operator release an image names; LabError (the pod waits, as
+    for an image being pulled) when that release is not built."""
+    version = "v" + image_tag(image).lstrip("v")
+    path = k8s_binaries.slinky_operator(version).path
+    if not path.exists():
+        raise LabError(
+            f"no slurm-operator {version} built for image {image}: the lab builds "
+            f"{', '.join(k8s_binaries.SLINKY_VERSIONS)} (tests/lab/k8s_binaries.py)"
+        )
+    return path
 
 
 @dataclass
@@ -128,7 +142,7 @@ class PodRunner:
         args = replace_flag(args, "--health-addr", OPERATOR_HEALTH_ADDR)
         args = replace_flag(args, "--metrics-addr", OPERATOR_METRICS_ADDR)
         args = replace_flag(args, "--kubeconfig", str(kubeconfig))
-        binary = k8s_binaries.binary("slurm-operator").path
+        binary = operator_binary(container.get("image", ""))
         return RunningPod(
             uid=meta["uid"],
             name=f"{meta['namespace']}/{meta['name']}",

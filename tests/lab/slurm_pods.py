@@ -107,6 +107,12 @@ def image_name(image: str) -> str:
     return last.split(":", 1)[0]
 
 
+def image_tag(image: str) -> str:
+    """'ghcr.io/slinkyproject/slurm-operator:1.2.1' -> '1.2.1' ('' without a tag)."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
 def scratch_dirs(workdir: Path) -> tuple[str, ...]:
     """/tmp and /run of one pod, created below its directory."""
     for sub, mode in (("tmp", 0o1777), ("run", 0o755)):

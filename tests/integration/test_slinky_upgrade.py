@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The older Slinky line, and a real upgrade from it to the lab's release, in the lab.
+
+A fresh lab gets site.yml on the proxy's release (1.1.0): a lend and a reclaim prove that
+line still works. Then, with a Slurm job running on a dedicated node and another on a lent
+node, upgrade.yml moves the running cluster to the lab's release (1.2.1, built from the
+public sources beside the checkout): the jobs are not lost, the lent node stays lent with
+its journal, slurm.conf holds what the collection restates on 1.2, and a second run changes
+nothing. The module runs first among the Kubernetes tests (tests/integration/conftest.py),
+so the modules after it start from the upgraded site.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
+from handover_pool import APPS, LENDABLE, Pool
+from k8s_binaries import LAB_SLINKY_VERSION, PROXY_SLINKY_VERSION, slinky_operator
+from k8s_fixtures import SLURM_DEADLINE_S
+from slurm_pods import SlinkyRest
+from toolbox import LabError, pid_exe, wait_until
+
+pytest_plugins = ["k8s_fixtures"]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        LAB_SLINKY_VERSION == PROXY_SLINKY_VERSION,
+        reason=f"the lab builds only Slinky {PROXY_SLINKY_VERSION}: no newer release to upgrade "
+        "to (the public sources are not beside the checkout, tests/lab/k8s_binaries.py)",
+    ),
+]
+
+OLD = PROXY_SLINKY_VERSION.lstrip("v")
+NEW = LAB_SLINKY_VERSION.lstrip("v")
+JOB_SECONDS = 150
+# Long enough for a job requeued by the upgrade to run again to its end.
+JOB_DEADLINE_S = 2 * JOB_SECONDS + 120
+ENDED_BADLY = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL"}
+
+
+def operator_programs() -> set[str]:
+    """The operator binaries running now (one per release, by the pod runner)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        exe = pid_exe(int(entry.name)) if entry.name.isdigit() else None
+        if exe and Path(exe).name.startswith("slurm-operator-"):
+            found.add(Path(exe.removesuffix(" (deleted)")).name)
+    return found
+
+
+def operator_image(lab: t.Any) -> str:
+    pods = lab.get("/api/v1/namespaces/slinky/pods")["items"]
+    (pod,) = [p for p in pods if p["metadata"]["name"].startswith("slurm-operator-")]
+    return str(pod["spec"]["containers"][0]["image"])
+
+
+def deploy(version: str) -> PlaybookRun:
+    return run_playbook(SITE, LAB_INVENTORY, extra_vars={"slinky_version": version})
+
+
+def upgrade(version: str, **kwargs: t.Any) -> PlaybookRun:
+    return run_playbook(UPGRADE, LAB_INVENTORY, extra_vars={"slinky_version": version}, **kwargs)
+
+
+def upgrade_report(run: PlaybookRun) -> dict[str, t.Any]:
+    (result,) = run.task_results("Work out what the upgrade changes")
+    report: dict[str, t.Any] = result["ansible_facts"]["slinky_upgrade_report"]
+    return report
+
+
+def slurm_ready(rest: SlinkyRest) -> None:
+    def batch_nodes_idle() -> bool:
+        try:
+            states = {n["name"]: n["state"] for n in rest.get("nodes")["nodes"]}
+        except LabError:  # slurmctld or slurmrestd (re)starting
+            return False
+        return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
+
+    wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
+
+
+@pytest.fixture(scope="module")
+def old_pool(k8s_lab: t.Any, tmp_path_factory: t.Any) -> Pool:
+    """A fresh lab with site.yml of the older release, and its pool."""
+    k8s_lab.down()  # whatever an earlier module deployed: this one starts as a new site
+    k8s_lab.up()
+    run = deploy(OLD)
+    assert not run.failed, f"site.yml {OLD} failed: {run.failures()}\n{run.output[-3000:]}"
+    rest = SlinkyRest.of_cluster(k8s_lab)
+    slurm_ready(rest)
+    key = tmp_path_factory.mktemp("upgrade") / "jwt.key"
+    key.write_bytes(rest.jwt_key)
+    key.chmod(0o600)
+    k8s_lab.apply(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS}}
+    )
+    return Pool(k8s_lab, rest, key)
+
+
+def test_the_older_line_deploys_lends_and_reclaims(old_pool: Pool) -> None:
+    pool = old_pool
+    assert operator_image(pool.lab).endswith(f":{OLD}")
+    assert operator_programs() == {slinky_operator(f"v{OLD}").path.name}
+    helm = pool.lab.get("/api/v1/namespaces/slurm/secrets?labelSelector=owner%3Dhelm")["items"]
+    assert {s["metadata"]["labels"]["name"] for s in helm} == {"slurm"}
+
+    run = pool.playbook("lend", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    assert pool.journal("int01")["state"] == "lent"
+    assert pool.idle_slurm_node("int01")["partitions"] == ["backfill"]
+    run = pool.playbook("reclaim", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    pool.assert_clean("int01")
+
+
+def test_the_upgrade_preflight_reports_what_changes_and_changes_nothing(old_pool: Pool) -> None:
+    before = old_pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
+    run = upgrade(NEW, check=True, diff=True, tags="preflight")
+    assert not run.failed, run.failures()
+    report = upgrade_report(run)
+    assert report["installed"] == {"crds": OLD, "operator": OLD, "slurm": OLD}
+    assert report["wanted"] == NEW and not report["refusals"] and not report["dropped_nodesets"]
+    changes = "\n".join(report["changes"])
+    for expected in (
+        "NodeSet field taintKubeNodes (set on burst, hpc, interactive, interactive-a100) is "
+        "not in Slinky 1.2",
+        "Slinky 1.2 no longer writes these slurm.conf settings; the collection restates them",
+        "SlurmctldParameters=enable_stepmgr",
+        "controller.inplaceReconfigure: false",
+        "every slurmd pod is replaced",
+    ):
+        assert expected in changes, changes
+    # --diff shows the values as installed and as the upgrade would set them.
+    (diff,) = run.task_results("Compare the Slurm cluster's values")
+    shown = str(diff.get("diff", ""))
+    assert "taintKubeNodes" in shown and "inplaceReconfigure" in shown, shown[:2000]
+    after = old_pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
+    assert [s["metadata"]["resourceVersion"] for s in after] == [
+        s["metadata"]["resourceVersion"] for s in before
+    ]
+
+
+def job_states(pool: Pool, job_id: int) -> tuple[list[str], int]:
+    job = pool.job(job_id)
+    return job["job_state"], int(job.get("restart_cnt") or 0)
+
+
+def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
+    pool = old_pool
+    run = pool.playbook("lend", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    pool.idle_slurm_node("int01")
+    lent_job = pool.submit("int01", JOB_SECONDS)
+    status, body = pool.slurm.request(
+        "POST",
+        f"/slurm/{pool.slurm.api}/job/submit",
+        {
+            "job": {
+                "name": "batch-through-upgrade",
+                "partition": "batch",
+                "required_nodes": ["hpc-0"],
+                "requeue": True,
+                "current_working_directory": "/tmp",
+                "environment": ["PATH=/usr/bin:/bin"],
+                "script": f"#!/bin/sh\nsleep {JOB_SECONDS}\n",
+            }
+        },
+        user="alice",
+    )
+    assert status == 200 and not body.get("errors"), body
+    batch_job = int(body["job_id"])
+    wait_until(lambda: "RUNNING" in pool.job(batch_job)["job_state"], 30, "the batch job runs")
+
+    started = time.monotonic()
+    run = upgrade(NEW)
+    took = time.monotonic() - started
+    assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
+    print(f"upgrade.yml {OLD} -> {NEW} took {took:.0f} s")
+
+    # The operator of the new release runs; the JWT key (and so every token) is kept.
+    assert operator_image(pool.lab).endswith(f":{NEW}")
+    wait_until(
+        lambda: operator_programs() == {slinky_operator(f"v{NEW}").path.name},
+        60,
+        f"only the {NEW} operator to run",
+    )
+    assert SlinkyRest.of_cluster(pool.lab).jwt_key == pool.slurm.jwt_key
+    slurm_ready(pool.slurm)
+
+    # slurm.conf holds what the collection restates on 1.2.
+    config = pool.lab.get("/api/v1/namespaces/slurm/configmaps/slurm-config")["data"]
+    lines = set(config["slurm.conf"].splitlines())
+    for setting in (
+        "ReturnToService=2",
+        "GresTypes=gpu",
+        "SelectTypeParameters=CR_Core_Memory",
+        "ProctrackType=proctrack/cgroup",
+        "TaskPlugin=task/cgroup,task/affinity",
+        "PrologFlags=Contain",
+        "JobAcctGatherType=jobacct_gather/cgroup",
+    ):
+        assert setting in lines, (setting, sorted(lines))
+
+    # Neither job is lost: each runs on, or was requeued and runs again, to its end.
+    seen: dict[int, tuple[list[str], int]] = {}
+
+    def ended() -> bool:
+        for job_id in (batch_job, lent_job):
+            seen[job_id] = job_states(pool, job_id)
+        return all("COMPLETED" in states for states, _ in seen.values())
+
+    wait_until(ended, JOB_DEADLINE_S, "both jobs to complete")
+    for job_id, (states, restarts) in seen.items():
+        assert not ENDED_BADLY & set(states), (job_id, states)
+        print(f"job {job_id}: {states}, restarted {restarts} time(s)")
+
+    # The lent node is still lent, its journal and marks agree, Slurm has it in backfill;
+    # the reclaim then gives it back cleanly.
+    assert pool.journal("int01")["state"] == "lent"
+    assert pool.marks("int01") == (True, True)
+    assert pool.idle_slurm_node("int01")["partitions"] == ["backfill"]
+    run = pool.playbook("reclaim", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    pool.assert_clean("int01")
+    for name in LENDABLE:
+        assert pool.journal(name)["state"] == "free"
+
+
+def test_a_second_upgrade_changes_nothing(old_pool: Pool) -> None:
+    run = upgrade(NEW)
+    assert not run.failed, run.failures()
+    report = upgrade_report(run)
+    assert report["installed"] == {"crds": NEW, "operator": NEW, "slurm": NEW}
+    assert report["same_version"] and not report["changes"]
+    assert run.changed == 0, f"changed: {run.changed_tasks()}"
