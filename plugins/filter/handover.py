@@ -26,6 +26,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     named_node_refusals,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import token_expiry
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.slinky_tokens import (
+    token_health,
+    token_secret,
+)
 
 COLUMNS = (
     ("NODE", "node"),
@@ -81,12 +85,39 @@ def handover_status_table(rows: t.Any) -> list[str]:
         raise AnsibleFilterError(
             "handover_status_table: expected the `status` list that handover_plan returns"
         )
-    cells = [[header for header, _key in COLUMNS]]
-    cells += [[_cell(row, key) for _header, key in COLUMNS] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    return _aligned(
+        [header for header, _key in COLUMNS],
+        [[_cell(row, key) for _header, key in COLUMNS] for row in rows],
+    )
+
+
+def _aligned(headers: list[str], cells: list[list[str]]) -> list[str]:
+    """Lines of a fixed-width table, two spaces between columns."""
+    lines = [headers, *cells]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
     return [
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
     ]
+
+
+def slinky_token_table(rows: t.Any) -> list[str]:
+    """The rows of slinky_token_health as the lines of a fixed-width table."""
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise AnsibleFilterError("slinky_token_table: expected what slinky_token_health returns")
+    return _aligned(
+        ["TOKEN", "USER", "SECRET", "LIFETIME", "EXPIRES IN", "STATE"],
+        [
+            [
+                str(row.get("token")),
+                str(row.get("user")),
+                str(row.get("secret")),
+                _duration(row.get("lifetime_s")),
+                _duration(row["expires_in_s"]) if (row.get("expires_in_s") or 0) > 0 else "-",
+                str(row.get("state")),
+            ]
+            for row in rows
+        ],
+    )
 
 
 def handover_run_summary(
@@ -173,6 +204,33 @@ def jwt_expiry(token: t.Any) -> float | None:
     return token_expiry(token) if isinstance(token, str) else None
 
 
+def slinky_token_secret(token: t.Any) -> dict[str, str]:
+    """Where the Slinky operator keeps a Token's JWT: the Secret's name and key."""
+    if not isinstance(token, dict) or not isinstance(token.get("metadata"), dict):
+        raise AnsibleFilterError(
+            "slinky_token_secret: expected a Token object (k8s_info's resources)"
+        )
+    name, key = token_secret(token)
+    return {"name": name, "key": key}
+
+
+def slinky_token_health(tokens: t.Any, secrets: t.Any, now: t.Any) -> list[dict[str, t.Any]]:
+    """Each Token's user, lifetime, Secret, JWT expiry and state (ok, late, expired, missing,
+    unreadable) with what to do; never the JWT."""
+    if not isinstance(tokens, list) or not isinstance(secrets, list):
+        raise AnsibleFilterError(
+            "slinky_token_health: expected the Token objects and the Secret objects "
+            "(k8s_info's resources)"
+        )
+    try:
+        when = float(now)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(
+            f"slinky_token_health: now must be Unix time, got {now!r}"
+        ) from None
+    return token_health(tokens, secrets, when)
+
+
 def handover_settings_problems(settings: t.Any) -> list[str]:
     """Every problem of the handover role's settings, each naming the variable and the fix."""
     return settings_problems(settings)
@@ -188,4 +246,7 @@ class FilterModule:
             "handover_node_refusals": handover_node_refusals,
             "jwt_expiry": jwt_expiry,
             "handover_settings_problems": handover_settings_problems,
+            "slinky_token_secret": slinky_token_secret,
+            "slinky_token_health": slinky_token_health,
+            "slinky_token_table": slinky_token_table,
         }

@@ -344,7 +344,12 @@ ACCESS = [
     ("patch", "", "configmaps", NS, STATUS, True),
     ("patch", "", "configmaps", NS, "slurm-config", False),
     ("delete", "", "configmaps", NS, STATUS, False),
-    ("get", "slinky.slurm.net", "tokens", NS, NAME, False),
+    # The runs' Token, to ask for a new JWT when its renewal has stopped; no other Token.
+    ("get", "slinky.slurm.net", "tokens", NS, NAME, True),
+    ("patch", "slinky.slurm.net", "tokens", NS, NAME, True),
+    ("patch", "slinky.slurm.net", "tokens", NS, "slurm-restapi", False),
+    ("delete", "slinky.slurm.net", "tokens", NS, NAME, False),
+    ("list", "slinky.slurm.net", "tokens", NS, "", False),
     ("create", "batch", "jobs", NS, "", False),
 ]
 
