@@ -20,7 +20,9 @@ four A100 GPUs each and GPU feature discovery labels; a dedicated Slurm pool; a 
 ``hpcops.io/pool``.  Node names are valid Slurm node names.
 
 Also at ``up``: KEDA's CRDs, from KEDA's Go module (see ``k8s_binaries.keda_crds``), as on a
-site whose platform runs KEDA; nothing acts on ScaledObjects here.  The pod runner
+site whose platform runs KEDA; nothing acts on ScaledObjects here.  And a default
+StorageClass ``lab-local`` with a few host directories as PersistentVolumes, so slurmctld's
+state survives its pod as on a site (``slurm_pods.py`` mounts a claim's directory).  The pod runner
 (``pod_runner.py``) runs the Slinky operator and the Slurm pods for real.
 
 The admin kubeconfig is written to ``<repo>/.lab/kubeconfig`` and ``<repo>/.lab/bin`` links
@@ -88,6 +90,10 @@ CLIENT_BIN_DIR = REPO_LAB_DIR / "bin"
 CLIENT_TOOLS = ("kubectl", "helm")
 CHARTS_LINK_DIR = REPO_LAB_DIR / "charts"
 SLINKY_VERSION_FILE = REPO_LAB_DIR / "slinky-version"
+# Host directories offered as PersistentVolumes of the default StorageClass (slurmctld's
+# state in the slurm chart; a claim is never given back within one lab's life).
+STORAGE_CLASS = "lab-local"
+PERSISTENT_VOLUMES = 4
 
 HOST = "127.0.0.1"
 ETCD_CLIENT_PORT = 12379
@@ -596,6 +602,7 @@ class K8sLab(RunDirState):
         # Before the pod runner needs it for the first Slurm pod, which must not wait a minute.
         ensure_chroot(SLINKY_RELEASE)
         if self.is_healthy() and self.load_state().get("commands") == self.commands():
+            self.create_storage()  # a lab started before the lab had storage
             self.write_client_files()
             log(f"Kubernetes lab already up at {self.url}")
             return
@@ -611,6 +618,7 @@ class K8sLab(RunDirState):
             self.start_control_plane()
             self.create_nodes()
             self.install_keda_crds()
+            self.create_storage()
             self.wait_ready(NODES_DEADLINE_S)
         self.write_client_files()
         log(
@@ -674,6 +682,42 @@ class K8sLab(RunDirState):
     def create_nodes(self) -> None:
         for node in NODES:
             self.apply("/api/v1/nodes", node.manifest())
+
+    def create_storage(self) -> None:
+        """A default StorageClass with a few host directories as PersistentVolumes, so the
+        slurm chart's slurmctld keeps its state (jobs, nodes) when its pod is recreated, as
+        on a site; the kube-controller-manager binds the claims, the pod runner mounts them."""
+        self.apply(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {
+                    "name": STORAGE_CLASS,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+                },
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "Immediate",
+            },
+        )
+        for index in range(PERSISTENT_VOLUMES):
+            path = self.run_dir / "volumes" / f"pv{index}"
+            path.mkdir(parents=True, exist_ok=True)
+            self.apply(
+                "/api/v1/persistentvolumes",
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"lab-pv{index}"},
+                    "spec": {
+                        "storageClassName": STORAGE_CLASS,
+                        "capacity": {"storage": "16Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "hostPath": {"path": str(path), "type": "Directory"},
+                    },
+                },
+            )
 
     def install_keda_crds(self) -> None:
         """KEDA's CRDs, as on a site whose platform team runs KEDA already: the apiserver then

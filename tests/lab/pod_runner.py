@@ -274,8 +274,13 @@ class PodRunner:
             and process is not None
             and process.poll() is None
         ):
-            hook = pod.slurm.exec(*pod.slurm.pre_stop, timeout=STOP_GRACE_S)
-            log(f"{pod.name}: preStop hook exited with {hook.returncode} {hook.stderr.strip()}")
+            try:
+                hook = pod.slurm.exec(*pod.slurm.pre_stop, timeout=STOP_GRACE_S)
+                log(f"{pod.name}: preStop hook exited with {hook.returncode} {hook.stderr.strip()}")
+            except subprocess.TimeoutExpired:
+                # A kubelet stops the container all the same once the hook has had its time
+                # (slurmctld being replaced at that moment leaves scontrol waiting).
+                log(f"{pod.name}: preStop hook still running after {STOP_GRACE_S:g} s: killed")
         if process is not None and process.poll() is None:
             process.terminate()
             try:

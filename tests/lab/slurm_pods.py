@@ -7,6 +7,7 @@ those pods Running; this module starts, for each, the real Debian forky daemon t
 image would run, from a chroot of its own (``$HPCOPS_LAB_CACHE/chroot/forky-slinky``), so
 the configuration the operator generated from our values is read by real Slurm 26.05:
 
+* a claim's volume is the directory of its bound PersistentVolume (k8s_lab.py makes them);
 * every pod's volumes (ConfigMaps, Secrets, projected volumes) are written to
   ``<k8s run dir>/slinky/<pod uid>/volumes/<volume>`` and bind-mounted where the pod's
   container mounts them, in a private mount namespace, so pods never see each other's
@@ -327,6 +328,14 @@ class SlinkyCluster:
         digest = hashlib.sha256()
         for volume in pod["spec"].get("volumes", []):
             target = workdir / "volumes" / volume["name"]
+            if "persistentVolumeClaim" in volume:
+                # The bound PersistentVolume's directory, kept when the pod goes.
+                claimed = self.claimed_path(namespace, volume["persistentVolumeClaim"]["claimName"])
+                os.chown(claimed, *owner)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not target.is_symlink():
+                    target.symlink_to(claimed)
+                continue
             target.mkdir(parents=True, exist_ok=True)
             os.chown(target, *owner)
             files = self.volume_files(namespace, volume)
@@ -343,6 +352,18 @@ class SlinkyCluster:
                 path.chmod(0o600 if rel.endswith(".key") else 0o644)
                 os.chown(path, *owner)
         return digest.hexdigest()
+
+    def claimed_path(self, namespace: str, claim: str) -> Path:
+        """The host directory of the PersistentVolume bound to a claim; LabError (the pod
+        waits, as a kubelet does) while it is not bound."""
+        pvc = self.lab.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}")
+        volume = pvc.get("spec", {}).get("volumeName")
+        if not volume or pvc.get("status", {}).get("phase") != "Bound":
+            raise LabError(f"claim {namespace}/{claim} is not bound yet")
+        path = self.lab.get(f"/api/v1/persistentvolumes/{volume}")["spec"].get("hostPath", {})
+        if not path.get("path"):
+            raise LabError(f"PersistentVolume {volume} of {namespace}/{claim} has no hostPath")
+        return Path(path["path"])
 
     def volume_mounts(self, container: dict[str, Any], workdir: Path) -> list[Mount]:
         mounts = []

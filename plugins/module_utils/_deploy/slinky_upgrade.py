@@ -97,12 +97,50 @@ def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[s
                 else "(a changed slurm.conf recreates the slurmctld pod; jobs keep running)"
             )
         )
+    changes += _pod_replacements(new_line.name, new_values)
     if old_line.chart_defaults_off and not new_line.chart_defaults_off:
         changes.append(
             f"Slinky {new_line.name}'s chart no longer enables the default NodeSet 'slinky' and "
             "partition 'all' (the collection had switched them off)"
         )
     return changes
+
+
+def _pod_replacements(line: str, new_values: Mapping[str, t.Any]) -> list[str]:
+    """What a new operator line does to the running slurmd pods (measured in the lab on
+    1.1.0 -> 1.2.1: a job on a StatefulSet NodeSet ran to its end before its pod was replaced;
+    the DaemonSet NodeSet's pod went within seconds and its job was requeued)."""
+    nodesets = {
+        name: nodeset or {}
+        for name, nodeset in sorted((new_values.get("nodesets") or {}).items())
+        if (nodeset or {}).get("enabled", True)
+    }
+    at_once = [name for name, ns in nodesets.items() if ns.get("scalingMode") == "DaemonSet"]
+    in_turn = [name for name in nodesets if name not in at_once]
+    found = []
+    if in_turn:
+        found.append(
+            f"the Slinky {line} operator replaces every slurmd pod of NodeSets "
+            f"{', '.join(in_turn)} one at a time, each once its jobs have ended (drained, not killed)"
+        )
+    if at_once:
+        found.append(
+            f"the slurmd pods of DaemonSet NodeSets {', '.join(at_once)} (lent nodes) are replaced "
+            "at once: their running jobs are requeued if they allow it (sbatch --requeue) and "
+            "lost if not; reclaim.yml the lent nodes first to end them on your terms"
+        )
+    return found
+
+
+def _persistence_warning(new_values: Mapping[str, t.Any]) -> list[str]:
+    persistence = (new_values.get("controller") or {}).get("persistence") or {}
+    if persistence.get("enabled", True) is False:
+        return [
+            "controller.persistence.enabled is false: slurmctld is recreated by the upgrade "
+            "without its saved state, and every job, running or pending, is lost; enable it "
+            "(a PersistentVolumeClaim) before upgrading"
+        ]
+    return []
 
 
 def _image_changes(old_values: Mapping[str, t.Any], new_values: Mapping[str, t.Any]) -> list[str]:
@@ -175,6 +213,8 @@ def upgrade_report(
     if slurm and not refusals:
         changes += _keys_leaving(old_values, _line(wanted))
         changes += _line_changes(slurm, wanted, new_values)
+        if slurm != wanted:
+            changes += _persistence_warning(new_values)
         changes += _image_changes(old_values, new_values)
     changes += [
         f"NodeSet {name} exists in the cluster but not in the inventory: Helm would delete it, "
