@@ -2,14 +2,16 @@
 """Session fixtures of the Kubernetes lab (tests/lab/k8s_lab.py) and the site on it.
 
 ``k8s_lab``: a lab that is already up is reused and left up; a lab the session starts is
-taken down when the session ends.  ``slinky_site``: site.yml run on the lab with inventories/lab,
-once per test module.  ``slinky_slurm``: the deployed cluster's slurmrestd, once its batch nodes
-are IDLE.  Test modules load them with ``pytest_plugins = ["k8s_fixtures"]``.
+taken down when the session ends.  ``slinky_site``: site.yml run on the lab with
+inventories/lab, once per test module unless nothing it controls changed since the last
+run.  ``slinky_slurm``: the deployed cluster's slurmrestd, once its batch nodes are IDLE.  Test modules load them with ``pytest_plugins = ["k8s_fixtures"]``.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import typing as t
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,12 +49,45 @@ def k8s_lab(request: pytest.FixtureRequest) -> Iterator[K8sLab]:
         lab.down()
 
 
+# The site as the last slinky_site left it, to know whether a module disturbed it.
+_deployed: dict[str, str] = {}
+SLINKY_RESOURCES = ("controllers", "restapis", "nodesets", "loginsets", "accountings", "tokens")
+
+
+def site_fingerprint(lab: K8sLab) -> str:
+    """What site.yml controls, as the apiserver holds it: this lab instance (its apiserver's
+    pid), the Helm releases, the objects Helm made (their resourceVersions) and the Slinky
+    resources' specs (their generations). The operator's own writes (status, slurm.conf)
+    are not in it."""
+    found: dict[str, t.Any] = {"apiserver": lab.load_state().get("pids", {}).get("kube-apiserver")}
+    for kind in ("secrets", "configmaps"):
+        for namespace in ("slinky", "slurm", "cert-manager"):
+            items = lab.get(f"/api/v1/namespaces/{namespace}/{kind}")["items"]
+            found[f"{namespace}/{kind}"] = sorted(
+                (o["metadata"]["name"], o["metadata"]["resourceVersion"])
+                for o in items
+                if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "Helm"
+                or (o["metadata"].get("labels") or {}).get("owner") == "helm"
+            )
+    for plural in SLINKY_RESOURCES:
+        status, body = lab.request("GET", f"/apis/slinky.slurm.net/v1beta1/{plural}")
+        items = body["items"] if status == 200 and isinstance(body, dict) else []
+        found[plural] = sorted((o["metadata"]["name"], o["metadata"]["generation"]) for o in items)
+    return json.dumps(found, sort_keys=True)
+
+
 @pytest.fixture(scope="module")
-def slinky_site(k8s_lab: K8sLab) -> K8sLab:
-    """The lab with site.yml deployed; per module, since a module may take the lab down
-    (a run on a deployed lab changes nothing and takes about 30 s)."""
+def slinky_site(k8s_lab: K8sLab, request: pytest.FixtureRequest) -> K8sLab:
+    """The lab with site.yml deployed, per module. A module may take the lab down or change
+    the site; when nothing site.yml controls changed since the last module's run, the site
+    is as that run left it and the run (a no-op of about 30 s) is skipped."""
+    if _deployed.get("fingerprint") == site_fingerprint(k8s_lab):
+        print(f"\nsite.yml not run: the site deployed for {_deployed['by']} is untouched")
+        return k8s_lab
+    _deployed.clear()
     run = run_playbook(SITE, LAB_INVENTORY)
     assert not run.failed, f"site.yml failed: {run.failures()}\n{run.output[-3000:]}"
+    _deployed.update(fingerprint=site_fingerprint(k8s_lab), by=request.module.__name__)
     return k8s_lab
 
 
