@@ -472,6 +472,96 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
     assert "1 returned" in reclaim_event["message"]
 
 
+# Slinky renews a Token's JWT at four fifths of its lifetime, until it stops for good: with
+# lifetimes of seconds, 1.1.0 and 1.2.1 stopped after 1 to 8 renewals here (upstream fixed it
+# after 1.2.1). A short lifetime makes the stop come within a minute or two.
+STALL_TOKEN = "renewal-stall"
+STALL_LIFETIME_S = 10
+STALL_DEADLINE_S = 300
+
+
+def secret_jwt_claims(lab: K8sLab, name: str, key: str) -> dict[str, t.Any]:
+    """The claims of the JWT in a Secret ({} while there is none)."""
+    status, body = lab.request("GET", f"/api/v1/namespaces/{NS}/secrets/{name}")
+    if status != 200 or key not in (body.get("data") or {}):
+        return {}
+    token = base64.b64decode(body["data"][key]).decode()
+    claims: dict[str, t.Any] = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    return claims
+
+
+@pytest.fixture
+def stalled_token(clean_pool: Pool) -> Iterator[dict[str, str]]:
+    """A Slinky Token of 10 s whose renewal the operator has stopped."""
+    lab = clean_pool.lab
+    path = f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens"
+    secret = {"name": f"{STALL_TOKEN}-jwt", "key": "auth-token"}
+    lab.apply(
+        path,
+        {
+            "apiVersion": "slinky.slurm.net/v1beta1",
+            "kind": "Token",
+            "metadata": {"name": STALL_TOKEN},
+            "spec": {
+                "username": "slurm",
+                "lifetime": f"{STALL_LIFETIME_S}s",
+                "refresh": True,
+                "jwtKeyRef": {"name": "slurm-jwt-key", "key": "jwt_hs256.key"},
+                "secretRef": secret,
+            },
+        },
+    )
+    renewals: set[int] = set()
+
+    def stopped() -> bool:
+        claims = secret_jwt_claims(lab, **secret)
+        renewals.update([claims["iat"]] if claims else [])
+        return bool(claims) and time.time() > claims["exp"] + 5
+
+    wait_until(stopped, STALL_DEADLINE_S, f"the operator to stop renewing {STALL_TOKEN}")
+    print(
+        f"\nthe operator renewed the {STALL_LIFETIME_S} s Token {len(renewals) - 1} time(s), then stopped"
+    )
+    yield {"namespace": NS, "token": STALL_TOKEN, **secret}
+    lab.request("DELETE", f"{path}/{STALL_TOKEN}")
+    lab.request("DELETE", f"/api/v1/namespaces/{NS}/secrets/{secret['name']}")
+
+
+def test_a_token_whose_renewal_stopped_is_reported_and_renewed_by_the_next_run(
+    scheduled: Pool, clean_pool: Pool, stalled_token: dict[str, str]
+) -> None:
+    lab, secret = clean_pool.lab, {"name": stalled_token["name"], "key": stalled_token["key"]}
+    expired = secret_jwt_claims(lab, **secret)
+
+    # status.yml says so, with what to do, and shows no JWT.
+    run = clean_pool.playbook("status")
+    assert not run.failed, run.failures()
+    assert f"WARNING: Token {NS}/{STALL_TOKEN}: its JWT expired" in run.output, run.output[-3000:]
+    assert "renewal has stopped" in run.output and "annotate token" in run.output
+    assert str(expired["exp"]) not in run.output  # no claim, no token
+
+    # A run reading that Token's Secret, as the scheduled runs read theirs (the role gives
+    # them the Token's name and RBAC to patch it), asks for a new JWT and works with it.
+    started = time.time()
+    run = clean_pool.playbook(
+        "status", handover_slurm_token_secret=stalled_token, handover_slurm_user="slurm"
+    )
+    assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
+    assert "had stopped renewing its JWT; this run asked the operator for a new one" in run.output
+    renewed = secret_jwt_claims(lab, **secret)
+    assert renewed["iat"] >= int(started) and renewed["exp"] > expired["exp"]
+    token = lab.get(f"/apis/slinky.slurm.net/v1beta1/namespaces/{NS}/tokens/{STALL_TOKEN}")
+    asked = int(token["metadata"]["annotations"]["hpcops.io/renewal-requested"])
+    print(
+        f"renewed {renewed['iat'] - asked} s after the run asked; the run took {time.time() - started:.0f} s"
+    )
+    # The scheduled runs are told their Token's name.
+    inventory = lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-inventory")["data"]
+    assert yaml.safe_load(inventory["inventory.yml"])["all"]["vars"][
+        "handover_slurm_token_secret"
+    ] == {"namespace": NS, "name": TOKEN_SECRET, "key": "auth-token", "token": NAME}
+
+
 def test_the_dashboard_is_a_grafana_dashboard_by_grafanas_schema() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard_errors(dashboard) == []
