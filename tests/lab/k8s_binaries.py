@@ -15,9 +15,10 @@ replaces anything in the cache.
   apt from a separate sources list and unpacked with ``dpkg -x`` (seconds, where a Go
   build takes minutes).
 * ``kwok``, ``helm``, ``pushgateway``: ``go install <package>@<version>``.
-* ``slurm-operator``: ``cmd/manager`` of ``github.com/SlinkyProject/slurm-operator``,
-  built in its own module (it has no replace lines) from the Go module proxy; its Helm
-  charts and CRDs come from the same module download.
+* ``slurm-operator``: ``cmd/manager`` of ``github.com/SlinkyProject/slurm-operator``, one
+  binary per Slinky release the lab can get (SLINKY_VERSIONS): from the Go module proxy, or
+  from the release archives in ``../shared/sources`` (sha256 checked, SOURCE_ARCHIVES); its
+  Helm charts and CRDs come from the same tree (``slinky_charts``).
 
 All Go builds share one ``GOMODCACHE`` and ``GOCACHE`` under ``$HPCOPS_LAB_CACHE/go``.
 
