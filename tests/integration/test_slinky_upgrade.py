@@ -36,7 +36,7 @@ pytestmark = [
 
 OLD = PROXY_SLINKY_VERSION.lstrip("v")
 NEW = LAB_SLINKY_VERSION.lstrip("v")
-JOB_SECONDS = 150
+JOB_SECONDS = 90
 # Long enough for a job requeued by the upgrade to run again to its end.
 JOB_DEADLINE_S = 2 * JOB_SECONDS + 120
 ENDED_BADLY = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL"}
