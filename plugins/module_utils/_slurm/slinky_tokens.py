@@ -8,8 +8,8 @@ PRIVATE: for this collection's plugins only; names and signatures may change wit
 A Slinky ``Token`` (slinky.slurm.net/v1beta1) makes the operator sign a JWT with the Slurm
 cluster's key, keep it in a Secret and write a new one when four fifths of its lifetime have
 passed. That renewal can stop for good (seen on Slinky 1.1.0 and 1.2.1 with short
-lifetimes; fixed upstream after 1.2.1): the Secret then keeps a JWT that expires, and every run reading it is
-refused by slurmrestd. An update of the Token (the annotation RENEWAL_ANNOTATION, which the
+lifetimes; fixed upstream after 1.2.1): the Secret then keeps a JWT that expires, and every
+run reading it is refused by slurmrestd. An update of the Token (the annotation RENEWAL_ANNOTATION, which the
 handover role sets) makes the operator reconcile it again, and it writes a new JWT at once
 when the old one is due.
 
