@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""`molecule test -s kind` and `-s handover` with images built here, as `make test` runs them.
+"""molecule's kind scenarios with images built here, on one cluster, as `make test` runs them.
 
-Each scenario makes a kind cluster of real kubelets and containers and runs site.yml on it.
-The kind scenario runs it twice (the second run must change nothing), runs Slurm jobs in
-the slurmd containers and checks their cgroup limits (molecule/kind/tests); the handover
-scenario lends, reclaims and rebalances the interactive workers, with runs stopped after a
-step and resumed (molecule/handover/tests).  Each destroys its cluster, checking that no
-container, volume, network, mount or iptables rule is left.
+``molecule test -s default -s handover``: the default scenario owns the kind cluster of real
+kubelets and containers (``shared_state``), so molecule makes it once with the default
+scenario's create, runs both scenarios on it and deletes it with its destroy, which checks
+that no container, volume, network, mount or iptables rule is left.  The default scenario
+runs site.yml twice (the second run must change nothing), runs Slurm jobs in the slurmd
+containers and checks their cgroup limits (molecule/default/tests); the handover scenario
+then lends, reclaims and rebalances the interactive workers, with runs stopped after a step
+and resumed (molecule/handover/tests).
 
 Here nothing can be pulled, so the images come from ``tests/lab/kind_images.py`` (built
-once, cached in $HPCOPS_LAB_CACHE) and the scenario runs with HPCOPS_KIND_IMAGES=local.
+once, cached in $HPCOPS_LAB_CACHE) and the scenarios run with HPCOPS_KIND_IMAGES=local.
 dockerd is started for the module when it does not run yet and stopped afterwards, and
-its stop is checked to restore the firewall as it was.  Times are printed.
+its stop is checked to restore the firewall as it was.  The Slinky release and the time of
+each scenario's phases are printed.
 """
 
 from __future__ import annotations
@@ -76,15 +79,14 @@ def local_images(docker_engine: SessionEngine) -> dict[str, str]:
     return refs
 
 
-# What each scenario's log says that is worth a line in the test report.
-REPORTED = {
-    "kind": re.compile(r"job \d+ on .*memory"),
-    "handover": re.compile(r"\.yml.*: rc \d+ in |slurmd pods while|PASSED|FAILED"),
-}
+# What the scenarios' log says that is worth a line in the test report.
+REPORTED = re.compile(r"job \d+ on .*memory|\.yml.*: rc \d+ in |slurmd pods while|PASSED|FAILED")
+# In the order molecule runs them: the default scenario first, as a plain `molecule test`.
+SCENARIOS = ("default", "handover")
 
 
-@pytest.mark.parametrize("scenario", ["kind", "handover"])
-def test_molecule_scenario_passes_offline(local_images: dict[str, str], scenario: str) -> None:
+def molecule(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """A molecule command with the local images; its output (one stream) and seconds taken."""
     env = {
         **os.environ,
         "HPCOPS_KIND_IMAGES": "local",
@@ -94,7 +96,7 @@ def test_molecule_scenario_passes_offline(local_images: dict[str, str], scenario
     }
     started = time.monotonic()
     proc = subprocess.run(
-        ["molecule", "test", "-s", scenario],
+        ["molecule", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -103,33 +105,50 @@ def test_molecule_scenario_passes_offline(local_images: dict[str, str], scenario
         timeout=MOLECULE_TIMEOUT_S,
         check=False,
     )
-    took = time.monotonic() - started
+    return proc, time.monotonic() - started
+
+
+def test_both_kind_scenarios_pass_offline_on_one_cluster(local_images: dict[str, str]) -> None:
+    slinky = (REPO / ".kind/slinky-version").read_text().strip()
+    # A cluster an interrupted run left behind would be reused: start from none.
+    cleared, cleared_s = molecule("destroy")
+    assert cleared.returncode == 0, "\n".join(cleared.stdout.splitlines()[-40:])
+    selection = [arg for name in SCENARIOS for arg in ("-s", name)]
+    proc, took = molecule("test", *selection)
     output = proc.stdout
-    log = REPO / f".kind/molecule-{scenario}.log"
+    log = REPO / ".kind/molecule-test.log"
     log.write_text(output)
     print(
-        f"\nmolecule test -s {scenario}: exit {proc.returncode} in {minutes(took)} "
-        f"(log: {log.relative_to(REPO)})"
+        f"\nkind runs Slinky {slinky} (.kind/slinky-version); molecule destroy of a leftover "
+        f"cluster {minutes(cleared_s)}\nmolecule test {' '.join(selection)}: exit "
+        f"{proc.returncode} in {minutes(took)} (log: {log.relative_to(REPO)})"
     )
-    for action, took_text in action_times(output):
-        print(f"  {action:<12}{took_text}")
+    times = action_times(output)
+    for scenario, action, took_text in times:
+        print(f"  {scenario:<10}{action:<12}{took_text}")
     for line in output.splitlines():
-        if REPORTED[scenario].search(line):
+        if REPORTED.search(line):
             print("  " + line.strip().strip('",'))
     assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
+    # One cluster for both: the default scenario's create and destroy ran, nobody else's.
+    shared = [
+        (scenario, action) for scenario, action, _ in times if action in ("create", "destroy")
+    ]
+    assert shared == [("default", "create"), ("default", "destroy")], shared
+    assert {scenario for scenario, action, _ in times if action == "verify"} == set(SCENARIOS)
 
 
-def action_times(output: str) -> list[tuple[str, str]]:
-    """(molecule action, how long its playbook took) from molecule's output, in order."""
-    times, action = [], "?"
+def action_times(output: str) -> list[tuple[str, str, str]]:
+    """(scenario, molecule action, how long its playbook took) from molecule's output, in order."""
+    times, scenario, action = [], "?", "?"
     for line in output.splitlines():
-        # "kind ➜ create: Executing" on a terminal, "[kind > create] Executing" otherwise.
-        started = re.search(r"(?:➜ |\[\w+ > )(\w+)\]?:? Executing", line)
+        # "default ➜ create: Executing" on a terminal, "[default > create] Executing" otherwise.
+        started = re.search(r"(?:^|\s|\[)([\w-]+)(?: ➜ | > )(\w+)\]?:? Executing", line)
         if started:
-            action = started.group(1)
+            scenario, action = started.groups()
         took = re.search(r"Playbook run took (.+)", line)
         if took:
-            times.append((action, took.group(1).strip()))
+            times.append((scenario, action, took.group(1).strip()))
     return times
 
 
