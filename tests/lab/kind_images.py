@@ -15,8 +15,10 @@ recipe it was built from, so ``build`` rebuilds only what changed.
   host; newer ones refuse) with Debian's containerd, runc and CNI plugins, and kind's own
   files, read from kind's Go module at build time (not kept in this repository).
 * ``hpcops.local/slinky/{slurmctld,slurmd,slurmrestd}:<slurm>-debian-forky``: Slurm 26.05
-  from Debian forky, honouring what the Slinky operator v1.1 expects of its images (users,
-  paths, arguments: see ``kind/slurmd-entrypoint.sh``).
+  from Debian forky, honouring what the Slinky operator expects of its images (users,
+  paths, arguments: see ``kind/slurmd-entrypoint.sh``); 1.2.1 asks the same of them as 1.1
+  (slurmd's arguments, probes and log sidecar; only its preStop hook no longer deletes the
+  Slurm node).
 * ``hpcops.local/slinky/slurm-operator:<release>``: the lab's operator build of its Slinky
   release (``k8s_binaries.LAB_SLINKY_VERSION``: 1.2.1 where the public sources are beside
   the checkout, else what the Go module proxy serves); and

@@ -22,10 +22,18 @@ SLURMRESTD = os.environ.get("HPCOPS_KIND_SLURMRESTD", "")
 TOKEN_SECRET = os.environ.get("HPCOPS_KIND_TOKEN_SECRET", "")
 # The JSON report of the last preflight (site.yml runs it first on the node containers).
 PREFLIGHT_REPORT = os.environ.get("HPCOPS_KIND_PREFLIGHT_REPORT", "")
+# The Slinky release site.yml deployed (the inventory's slinky_version), e.g. "1.2.1".
+SLINKY_VERSION = os.environ.get("HPCOPS_KIND_SLINKY_VERSION", "")
 API = "v0.0.44"
 # The token is SlurmUser's, which may act for any user: the jobs run as alice.
 JOB_USER = "alice"
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL"}
+
+
+def slinky_line() -> tuple[int, int]:
+    """The deployed Slinky release's (major, minor): its operator's behaviour differs per line."""
+    major, minor, *_ = SLINKY_VERSION.split(".")
+    return int(major), int(minor)
 
 
 def configured() -> bool:
