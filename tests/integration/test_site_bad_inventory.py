@@ -7,10 +7,14 @@ import typing as t
 
 import pytest
 from ansible_runner import LAB_INVENTORY, SITE, run_playbook
+from k8s_binaries import LAB_SLINKY_VERSION
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration
 
+# The lab's Slinky release, and a release of the other line.
+LAB_LINE = LAB_SLINKY_VERSION.lstrip("v")
+OTHER_LINE = "1.1.0" if LAB_LINE.startswith("1.2.") else "1.2.1"
 LAB_POOLS = {
     "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
     "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
@@ -105,8 +109,8 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
     ("pools-not-a-mapping", {"slurm_cluster_pools": ["hpc"]}, "slurm_cluster_pools", "dict"),
     (
         "slurm-chart-of-another-slinky-line",
-        {"slurm_cluster_chart_version": "1.2.1"},
-        "slurm_operator_chart_version (1.1.0), slurm_cluster_chart_version (1.2.1)",
+        {"slurm_cluster_chart_version": OTHER_LINE},
+        f"slurm_operator_chart_version ({LAB_LINE}), slurm_cluster_chart_version ({OTHER_LINE})",
         "different Slinky lines",
     ),
     (
@@ -118,7 +122,7 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
     (
         "taint-kube-nodes-on-1.2",
         {
-            # The values are checked before the chart (the lab packages 1.1.0 only).
+            # The values are checked before the chart is read.
             "slinky_components": ["slurm_cluster"],
             "slinky_version": "1.2.1",
             "slurm_cluster_nodeset_defaults": {"taintKubeNodes": True},
@@ -134,7 +138,11 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
     ),
     (
         "inplace-reconfigure-on-1.1",
-        {"slurm_cluster_inplace_reconfigure": True},
+        {
+            "slinky_components": ["slurm_cluster"],
+            "slinky_version": "1.1.0",
+            "slurm_cluster_inplace_reconfigure": True,
+        },
         "slurm_cluster_inplace_reconfigure",
         "Slinky 1.2",
     ),
