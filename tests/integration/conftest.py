@@ -26,7 +26,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
 )
 
 # Shared fixture modules that test modules also import from: rewrite their asserts too.
-pytest.register_assert_rewrite("handover_pool", "docker_fixtures")
+pytest.register_assert_rewrite("handover_pool", "docker_fixtures", "k8s_fixtures")
 
 
 def selected_releases() -> list[str]:
