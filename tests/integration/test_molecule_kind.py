@@ -132,10 +132,14 @@ def test_both_kind_scenarios_pass_offline_on_one_cluster(local_images: dict[str,
     assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
     # One cluster for both: the default scenario's create and destroy ran, nobody else's.
     shared = [
-        (scenario, action) for scenario, action, _ in times if action in ("create", "destroy")
+        (scenario, action)
+        for scenario, action, _seconds in times
+        if action in ("create", "destroy")
     ]
     assert shared == [("default", "create"), ("default", "destroy")], shared
-    assert {scenario for scenario, action, _ in times if action == "verify"} == set(SCENARIOS)
+    assert {scenario for scenario, action, _seconds in times if action == "verify"} == set(
+        SCENARIOS
+    )
 
 
 def action_times(output: str) -> list[tuple[str, str, str]]:

@@ -238,7 +238,7 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
             seen[job_id] = job_states(pool, job_id)
         if seen != before:  # what the upgrade did to them, for the report
             print(f"{time.monotonic() - started:.0f} s after the upgrade began: {seen}")
-        return all("COMPLETED" in states for states, _ in seen.values())
+        return all("COMPLETED" in states for states, _restarts in seen.values())
 
     wait_until(ended, JOB_DEADLINE_S, "both jobs to complete")
     for job_id, (states, restarts) in seen.items():

@@ -32,7 +32,7 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_F
 
 def slinky_line() -> tuple[int, int]:
     """The deployed Slinky release's (major, minor): its operator's behaviour differs per line."""
-    major, minor, *_ = SLINKY_VERSION.split(".")
+    major, minor = SLINKY_VERSION.split(".")[:2]
     return int(major), int(minor)
 
 
