@@ -108,8 +108,9 @@ def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[s
 
 def _pod_replacements(line: str, new_values: Mapping[str, t.Any]) -> list[str]:
     """What a new operator line does to the running slurmd pods (measured in the lab on
-    1.1.0 -> 1.2.1: a job on a StatefulSet NodeSet ran to its end before its pod was replaced;
-    the DaemonSet NodeSet's pod went within seconds and its job was requeued)."""
+    1.1.0 -> 1.2.1: once a job on a StatefulSet NodeSet ran to its end before its pod was
+    replaced, once the busy pod was replaced at once and its job stayed RUNNING with no
+    process; the DaemonSet NodeSet's pod went within seconds and its job was requeued)."""
     nodesets = {
         name: nodeset or {}
         for name, nodeset in sorted((new_values.get("nodesets") or {}).items())
@@ -121,7 +122,9 @@ def _pod_replacements(line: str, new_values: Mapping[str, t.Any]) -> list[str]:
     if in_turn:
         found.append(
             f"the Slinky {line} operator replaces every slurmd pod of NodeSets "
-            f"{', '.join(in_turn)} one at a time, each once its jobs have ended (drained, not killed)"
+            f"{', '.join(in_turn)}: it means to wait for each pod's jobs, but in a test it "
+            "replaced a busy pod at once while slurmctld was recreated and the job stayed "
+            "RUNNING with no process; drain those nodes first (or cancel such a job after)"
         )
     if at_once:
         found.append(

@@ -30,13 +30,11 @@ def changes(wanted: str, new_values: dict[str, t.Any], installed: t.Any = None) 
 
 def test_a_new_operator_line_says_which_slurmd_pods_it_replaces_and_how() -> None:
     found = changes("1.2.1", values())
-    assert (
-        "the Slinky 1.2 operator replaces every slurmd pod of NodeSets hpc one at a time, each "
-        "once its jobs have ended" in found
-    )
+    assert "the Slinky 1.2 operator replaces every slurmd pod of NodeSets hpc: " in found
+    assert "drain those nodes first" in found
     assert "DaemonSet NodeSets interactive (lent nodes) are replaced at once" in found
     assert "requeued if they allow it (sbatch --requeue) and lost if not" in found
-    # A disabled NodeSet has no pods: "NodeSets hpc one at a time" above, not "hpc, old".
+    # A disabled NodeSet has no pods: "NodeSets hpc:" above, not "hpc, old".
 
 
 def test_a_patch_release_replaces_no_pods() -> None:
