@@ -176,16 +176,17 @@ class Pool:
         wait_until(idle, 60, f"Slurm node {name} to be IDLE")
         return found
 
-    def submit(self, node: str, seconds: int) -> int:
-        """A requeue-able backfill job that runs on `node` (named in the job)."""
+    def submit(self, node: str | None, seconds: int, *, partition: str = "backfill") -> int:
+        """A requeue-able job in `partition` that runs on `node` (named in the job), or
+        wherever Slurm puts it (node None), once it runs."""
         status, body = self.slurm.request(
             "POST",
             f"/slurm/{self.slurm.api}/job/submit",
             {
                 "job": {
-                    "name": f"backfill-{seconds}s",
-                    "partition": "backfill",
-                    "required_nodes": [node],
+                    "name": f"{partition}-{seconds}s",
+                    "partition": partition,
+                    **({"required_nodes": [node]} if node else {}),
                     "requeue": True,
                     "current_working_directory": "/tmp",
                     "environment": ["PATH=/usr/bin:/bin"],
@@ -197,7 +198,8 @@ class Pool:
         assert status == 200 and not body.get("errors"), body
         job_id = int(body["job_id"])
         wait_until(lambda: "RUNNING" in self.job(job_id)["job_state"], 30, f"job {job_id} runs")
-        assert self.job(job_id)["nodes"] == node
+        if node:
+            assert self.job(job_id)["nodes"] == node
         return job_id
 
     def job(self, job_id: int) -> dict[str, t.Any]:

@@ -95,6 +95,12 @@ def slinky_site(k8s_lab: K8sLab, request: pytest.FixtureRequest) -> K8sLab:
 def slinky_slurm(slinky_site: K8sLab) -> SlinkyRest:
     """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
     rest = SlinkyRest.of_cluster(slinky_site)
+    wait_for_batch_nodes(rest)
+    return rest
+
+
+def wait_for_batch_nodes(rest: SlinkyRest) -> None:
+    """Until both batch nodes of the deployed cluster are IDLE in Slurm."""
 
     def batch_nodes_idle() -> bool:
         try:
@@ -104,4 +110,3 @@ def slinky_slurm(slinky_site: K8sLab) -> SlinkyRest:
         return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
 
     wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
-    return rest

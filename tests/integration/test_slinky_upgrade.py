@@ -23,7 +23,7 @@ import pytest
 from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
 from handover_pool import APPS, LENDABLE, Pool
 from k8s_binaries import LAB_SLINKY_VERSION, PROXY_SLINKY_VERSION, slinky_operator
-from k8s_fixtures import SLURM_DEADLINE_S
+from k8s_fixtures import wait_for_batch_nodes
 from slurm_pods import SlinkyRest
 from toolbox import LabError, pid_exe, wait_until
 
@@ -87,17 +87,6 @@ def slurm_answers_for(rest: SlinkyRest, names: tuple[str, ...]) -> bool:
     return all(up & states.get(name, set()) and not down & states[name] for name in names)
 
 
-def slurm_ready(rest: SlinkyRest) -> None:
-    def batch_nodes_idle() -> bool:
-        try:
-            states = {n["name"]: n["state"] for n in rest.get("nodes")["nodes"]}
-        except LabError:  # slurmctld or slurmrestd (re)starting
-            return False
-        return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
-
-    wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
-
-
 @pytest.fixture(scope="module")
 def old_pool(k8s_lab: t.Any, tmp_path_factory: t.Any) -> Iterator[Pool]:
     """A fresh lab with site.yml of the older release, and its pool; a fresh lab again at
@@ -107,7 +96,7 @@ def old_pool(k8s_lab: t.Any, tmp_path_factory: t.Any) -> Iterator[Pool]:
     run = deploy(OLD)
     assert not run.failed, f"site.yml {OLD} failed: {run.failures()}\n{run.output[-3000:]}"
     rest = SlinkyRest.of_cluster(k8s_lab)
-    slurm_ready(rest)
+    wait_for_batch_nodes(rest)
     key = tmp_path_factory.mktemp("upgrade") / "jwt.key"
     key.write_bytes(rest.jwt_key)
     key.chmod(0o600)
@@ -163,29 +152,6 @@ def test_the_upgrade_preflight_reports_what_changes_and_changes_nothing(old_pool
     ]
 
 
-def submit(pool: Pool, partition: str) -> int:
-    """A requeue-able job of JOB_SECONDS in partition, once it runs."""
-    status, body = pool.slurm.request(
-        "POST",
-        f"/slurm/{pool.slurm.api}/job/submit",
-        {
-            "job": {
-                "name": f"{partition}-through-upgrade",
-                "partition": partition,
-                "requeue": True,
-                "current_working_directory": "/tmp",
-                "environment": ["PATH=/usr/bin:/bin"],
-                "script": f"#!/bin/sh\nsleep {JOB_SECONDS}\n",
-            }
-        },
-        user="alice",
-    )
-    assert status == 200 and not body.get("errors"), body
-    job_id = int(body["job_id"])
-    wait_until(lambda: "RUNNING" in pool.job(job_id)["job_state"], 30, f"job {job_id} runs")
-    return job_id
-
-
 def job_states(pool: Pool, job_id: int) -> tuple[list[str], int]:
     job = pool.job(job_id)
     return job["job_state"], int(job.get("restart_cnt") or 0)
@@ -204,8 +170,8 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
     pool.idle_slurm_node("int01")
     # Jobs as users submit them: a partition, no node named (a job pinned to a node that
     # the upgrade takes out is dropped by slurmctld: "Invalid req_nodes").
-    lent_job = submit(pool, "backfill")
-    batch_job = submit(pool, "batch")
+    lent_job = pool.submit(None, JOB_SECONDS)
+    batch_job = pool.submit(None, JOB_SECONDS, partition="batch")
     assert pool.job(lent_job)["nodes"] == "int01"
 
     started = time.monotonic()
