@@ -144,8 +144,12 @@ test: deps
 	  prepare=$$!; trap 'wait $$prepare 2>/dev/null || true' EXIT; \
 	  export HPCOPS_KIND_PREPARE_PID=$$prepare; \
 	fi; \
+	began=$$(date +%s); $(MAKE) --no-print-directory setup; \
+	echo ">> setup took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
 	$(MAKE) --no-print-directory lint sanity build-check changelog-lint ee-check; \
-	pytest --durations=25 tests/unit tests/integration
+	echo ">> lint, sanity and the build checks took $$(( $$(date +%s) - began )) s"; \
+	status=0; pytest --durations=25 tests/unit tests/integration || status=$$?; \
+	grep -h "ready in" .kind/prepare.log 2>/dev/null | sed 's/^/>> the builds: /'; exit $$status
 
 demo: setup build-check
 	@echo ">> plugins of hpcops.slinky, read from the installed tarball"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+import typing as t
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,6 +130,21 @@ KIND_PREPARE_LOG = Path(__file__).resolve().parents[2] / ".kind" / "prepare.log"
 INTEGRATION_DIR = Path(__file__).resolve().parent
 
 
+# The phases of a `make test` run, in the order they run; pytest's summary gives each one's time.
+PHASES = ("unit tests", "Slurm lab", "Kubernetes lab (kwok)", "node_prep hosts", "kind scenarios")
+
+
+def phase_of(item: pytest.Item) -> str:
+    name = item.path.name
+    if INTEGRATION_DIR not in item.path.parents:
+        return PHASES[0]  # the unit tests, in the same session under `make test`, come first
+    if name in EARLY_MODULES:
+        return PHASES[1]
+    if name in LATE_MODULES:
+        return PHASES[3] if name != KIND_MODULE else PHASES[4]
+    return PHASES[2]
+
+
 # After pytest's own ordering, which groups the tests of each Slurm release together; the
 # partition below keeps the order within each group.
 @pytest.hookimpl(trylast=True)
@@ -135,10 +152,7 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     def phase(item: pytest.Item) -> int:
-        name = item.path.name
-        if INTEGRATION_DIR not in item.path.parents:
-            return 0  # the unit tests, in the same session under `make test`, come first
-        return 1 if name in EARLY_MODULES else 3 if name in LATE_MODULES else 2
+        return PHASES.index(phase_of(item))
 
     order = {name: index for index, name in enumerate(LATE_MODULES)}
     order |= {
@@ -146,6 +160,36 @@ def pytest_collection_modifyitems(
         for index, name in enumerate(FIRST_KUBERNETES_MODULES)
     }
     items.sort(key=lambda item: (phase(item), order.get(item.path.name, 0)))
+
+
+phase_times_key = pytest.StashKey[dict[str, float]]()
+tests_began_key = pytest.StashKey[tuple[float, bool]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Add each integration test's wall time, with its fixtures' setup and teardown, to its
+    phase (a hook of this directory's conftest sees only the tests under it)."""
+    started = time.monotonic()
+    yield
+    times = item.config.stash.setdefault(phase_times_key, {})
+    phase = phase_of(item)
+    times[phase] = times.get(phase, 0.0) + time.monotonic() - started
+
+
+def pytest_terminal_summary(
+    terminalreporter: t.Any, exitstatus: int, config: pytest.Config
+) -> None:
+    """The time of each phase: the CI log says where a run's hour went."""
+    times = dict(config.stash.get(phase_times_key, {}))
+    began, with_units = config.stash.get(tests_began_key, (0.0, False))
+    if with_units:  # they ran first, before every timed test
+        times[PHASES[0]] = time.monotonic() - began - sum(times.values())
+    if times:
+        terminalreporter.section("time per phase")
+        for phase in PHASES:
+            if phase in times:
+                terminalreporter.write_line(f"{phase:<24} {times[phase] / 60:6.1f} min")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -156,6 +200,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the kind preparation when the kind scenario is among the tests to run."""
     config = session.config
+    with_units = any(phase_of(item) == PHASES[0] for item in session.items)
+    config.stash[tests_began_key] = (time.monotonic(), with_units)
     if config.option.collectonly or os.geteuid() != 0:
         return
     if not any(item.path.name in LATE_MODULES for item in session.items):

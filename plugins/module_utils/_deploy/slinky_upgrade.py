@@ -97,7 +97,7 @@ def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[s
                 else "(a changed slurm.conf recreates the slurmctld pod; jobs keep running)"
             )
         )
-    changes += _pod_replacements(new_line.name, new_values)
+    changes += _pod_replacements(new_line.name, new_values, replaced_nodesets(old, new, new_values))
     if old_line.chart_defaults_off and not new_line.chart_defaults_off:
         changes.append(
             f"Slinky {new_line.name}'s chart no longer enables the default NodeSet 'slinky' and "
@@ -106,25 +106,40 @@ def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[s
     return changes
 
 
-def _pod_replacements(line: str, new_values: Mapping[str, t.Any]) -> list[str]:
-    """What a new operator line does to the running slurmd pods (measured in the lab on
-    1.1.0 -> 1.2.1: once a job on a StatefulSet NodeSet ran to its end before its pod was
-    replaced, once the busy pod was replaced at once and its job stayed RUNNING with no
-    process; the DaemonSet NodeSet's pod went within seconds and its job was requeued)."""
-    nodesets = {
-        name: nodeset or {}
+def replaced_nodesets(old: str | None, new: str, new_values: Mapping[str, t.Any]) -> list[str]:
+    """The StatefulSet NodeSets whose slurmd pods an operator of a new line replaces, so
+    whose Slurm nodes the upgrade drains first (none within a line)."""
+    old_line, new_line = _line(old) if old else None, _line(new)
+    if old_line is None or new_line is None or old_line == new_line:
+        return []
+    return [
+        name
         for name, nodeset in sorted((new_values.get("nodesets") or {}).items())
         if (nodeset or {}).get("enabled", True)
-    }
-    at_once = [name for name, ns in nodesets.items() if ns.get("scalingMode") == "DaemonSet"]
-    in_turn = [name for name in nodesets if name not in at_once]
+        and (nodeset or {}).get("scalingMode") != "DaemonSet"
+    ]
+
+
+def _pod_replacements(line: str, new_values: Mapping[str, t.Any], drained: list[str]) -> list[str]:
+    """What a new operator line does to the running slurmd pods (measured in the lab on
+    1.1.0 -> 1.2.1: once a job on a StatefulSet NodeSet ran to its end before its pod was
+    replaced, once the busy pod was replaced at once while slurmctld was recreated and its
+    job stayed RUNNING with no process; the DaemonSet NodeSet's pod went within seconds and
+    its job was requeued)."""
+    at_once = [
+        name
+        for name, nodeset in sorted((new_values.get("nodesets") or {}).items())
+        if (nodeset or {}).get("enabled", True)
+        and (nodeset or {}).get("scalingMode") == "DaemonSet"
+    ]
     found = []
-    if in_turn:
+    if drained:
         found.append(
             f"the Slinky {line} operator replaces every slurmd pod of NodeSets "
-            f"{', '.join(in_turn)}: it means to wait for each pod's jobs, but in a test it "
-            "replaced a busy pod at once while slurmctld was recreated and the job stayed "
-            "RUNNING with no process; drain those nodes first (or cancel such a job after)"
+            f"{', '.join(drained)}: upgrade.yml drains their Slurm nodes first and waits for "
+            "their jobs to end (slinky_upgrade_drain_timeout_s), since a busy pod replaced "
+            "while slurmctld was recreated left its job RUNNING with no process; it resumes "
+            "them once their new pods are up"
         )
     if at_once:
         found.append(
@@ -237,4 +252,8 @@ def upgrade_report(
         "changes": changes,
         "dropped_nodesets": dropped_nodesets,
         "dropped_partitions": dropped_partitions,
+        # Drained before the upgrade and resumed after (upgrade.yml).
+        "drain_nodesets": replaced_nodesets(slurm, wanted, new_values)
+        if slurm and not refusals
+        else [],
     }
