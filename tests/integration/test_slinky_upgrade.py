@@ -66,8 +66,22 @@ def deploy(version: str) -> PlaybookRun:
     return run_playbook(SITE, LAB_INVENTORY, extra_vars={"slinky_version": version})
 
 
-def upgrade(version: str, **kwargs: t.Any) -> PlaybookRun:
-    return run_playbook(UPGRADE, LAB_INVENTORY, extra_vars={"slinky_version": version}, **kwargs)
+def upgrade(
+    version: str,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    tags: str | None = None,
+    **settings: t.Any,
+) -> PlaybookRun:
+    return run_playbook(
+        UPGRADE,
+        LAB_INVENTORY,
+        extra_vars={"slinky_version": version, **settings},
+        check=check,
+        diff=diff,
+        tags=tags,
+    )
 
 
 def upgrade_report(run: PlaybookRun) -> dict[str, t.Any]:
@@ -157,6 +171,36 @@ def test_the_upgrade_preflight_reports_what_changes_and_changes_nothing(old_pool
 def job_states(pool: Pool, job_id: int) -> tuple[list[str], int]:
     job = pool.job(job_id)
     return job["job_state"], int(job.get("restart_cnt") or 0)
+
+
+@needs_newer
+def test_an_upgrade_whose_drain_outlasts_its_timeout_stops_and_takes_the_drains_back(
+    old_pool: Pool,
+) -> None:
+    pool = old_pool
+    before = pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
+    job = pool.submit(None, 600, partition="batch")
+    try:
+        run = upgrade(NEW, slinky_upgrade_drain_timeout_s=10)
+        assert run.failed
+        on = pool.job(job)["nodes"]
+        failures = "\n".join(run.failures())
+        assert (
+            f"the jobs {job} still ran on {on} after 10 s (slinky_upgrade_drain_timeout_s): "
+            "nothing was upgraded and the drains are taken back" in failures
+        ), failures
+        # Nothing upgraded, no drain of ours left, the job runs on.
+        after = pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
+        assert [s["metadata"]["resourceVersion"] for s in after] == [
+            s["metadata"]["resourceVersion"] for s in before
+        ]
+        assert operator_image(pool.lab).endswith(f":{OLD}")
+        for node in ("hpc-0", "hpc-1"):
+            state = pool.slurm.get(f"node/{node}")["nodes"][0]
+            assert "DRAIN" not in state["state"] and not state["reason"], state
+        assert pool.job(job)["job_state"] == ["RUNNING"]
+    finally:
+        pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job}")
 
 
 @needs_newer
