@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """How the handover modules reach the Kubernetes API (through kubernetes.core's client)."""
+    """How the modules reach the Kubernetes API (through kubernetes.core's client): the
+    handover modules always, the Slurm modules to read O(token_secret)."""
 
     DOCUMENTATION = r"""
 options:

@@ -76,6 +76,8 @@ options:
       - A Secret that holds the slurmrestd token, such as the one a Slinky C(Token) keeps
         fresh. It is read when the module starts and read again whenever slurmrestd rejects
         the token in hand (it expired during a long run), so a run outlives its token.
+      - It is read through the Kubernetes API (O(kubeconfig), O(context)); only then are the
+        kubernetes Python library and the kubernetes.core collection needed.
       - Mutually exclusive with O(token) and O(jwt_key_path).
     type: dict
     suboptions:

@@ -17,6 +17,8 @@ description:
     O(job_states), O(users) and O(job_ids) narrow the nodes and jobs returned.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
   - hpcops.slinky.attributes.INFO_MODULE
@@ -147,7 +149,8 @@ reservations:
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argspec,
+    slurmrestd_from_cluster_argspec,
+    token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (
     select_jobs,
@@ -159,7 +162,7 @@ GATHER_CHOICES = ["all", "ping", "diag", "nodes", "jobs", "partitions", "reserva
 
 def main() -> None:
     module = (
-        slurmrestd_argspec()
+        slurmrestd_from_cluster_argspec()
         .update_argspec(
             gather={
                 "type": "list",
@@ -178,7 +181,7 @@ def main() -> None:
     )
     params = module.params
     gather = set(GATHER_CHOICES[1:]) if "all" in params["gather"] else set(params["gather"])
-    client = slurm_client(module)
+    client = slurm_client(module, token_source_from_params(module))
     result: dict[str, object] = {"changed": False}
     with failing_cleanly(module, result):
         result["api_version"] = client.api_version

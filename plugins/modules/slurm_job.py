@@ -19,6 +19,8 @@ description:
   - In check mode the jobs that would be hit are returned and nothing is sent.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
 attributes:
@@ -133,7 +135,8 @@ signal:
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argspec,
+    slurmrestd_from_cluster_argspec,
+    token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import select_jobs
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import JOB_ACTIVE_STATES
@@ -143,7 +146,7 @@ SELECTORS = ("job_ids", "nodes", "partitions", "users", "names")
 
 def main() -> None:
     module = (
-        slurmrestd_argspec()
+        slurmrestd_from_cluster_argspec()
         .update_argspec(
             action={"type": "str", "choices": ["cancel", "signal"], "default": "cancel"},
             signal={"type": "str"},
@@ -159,7 +162,7 @@ def main() -> None:
     )
     params = module.params
     signal = params["signal"] or ("SIGKILL" if params["action"] == "cancel" else "SIGTERM")
-    client = slurm_client(module)
+    client = slurm_client(module, token_source_from_params(module))
     result: dict[str, object] = {"changed": False, "jobs": [], "signal": signal}
     with failing_cleanly(module, result):
         result["api_version"] = client.api_version

@@ -21,6 +21,8 @@ description:
   - All nodes are checked before any is changed, so a refusal changes nothing.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
 attributes:
@@ -169,7 +171,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
-    slurmrestd_argspec,
+    slurmrestd_from_cluster_argspec,
+    token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.node_change import (
     NODE_STATE_CHOICES,
@@ -205,7 +208,7 @@ def request_from_params(module: AnsibleModule) -> NodeRequest:
 
 def main() -> None:
     module = (
-        slurmrestd_argspec()
+        slurmrestd_from_cluster_argspec()
         .update_argspec(
             names={
                 "type": "list",
@@ -231,7 +234,7 @@ def main() -> None:
     if not names:
         module.fail_json(msg="names is empty: give at least one node name or host list")
 
-    client = slurm_client(module)
+    client = slurm_client(module, token_source_from_params(module))
     result: dict[str, object] = {"changed": False, "nodes": [], "foreign_drains": []}
     with failing_cleanly(module, result):
         result["api_version"] = client.api_version

@@ -14,6 +14,7 @@ skipped.
 
 from __future__ import annotations
 
+import base64
 import time
 import typing as t
 from collections.abc import Iterator
@@ -180,8 +181,20 @@ def test_an_upgrade_whose_drain_outlasts_its_timeout_stops_and_takes_the_drains_
     pool = old_pool
     before = pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
     job = pool.submit(None, 600, partition="batch")
+    # The Slurm modules of the drain read their token from a Secret, as a site's scheduled
+    # runs do (handover_slurm_token_secret).
+    token = base64.b64encode(pool.slurm.token("slurm", lifespan=600).encode()).decode()
+    secrets = "/api/v1/namespaces/slurm/secrets"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "upgrade-token"}}
+    status, body = pool.lab.request("POST", secrets, {**secret, "data": {"auth-token": token}})
+    assert status == 201, body
     try:
-        run = upgrade(NEW, slinky_upgrade_drain_timeout_s=10)
+        run = upgrade(
+            NEW,
+            slinky_upgrade_drain_timeout_s=10,
+            handover_slurm_token_secret={"namespace": "slurm", "name": "upgrade-token"},
+            handover_slurm_user="slurm",
+        )
         assert run.failed
         on = pool.job(job)["nodes"]
         failures = "\n".join(run.failures())
@@ -201,6 +214,7 @@ def test_an_upgrade_whose_drain_outlasts_its_timeout_stops_and_takes_the_drains_
         assert pool.job(job)["job_state"] == ["RUNNING"]
     finally:
         pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job}")
+        pool.lab.request("DELETE", f"{secrets}/upgrade-token")
 
 
 @needs_newer

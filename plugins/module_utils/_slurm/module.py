@@ -18,6 +18,8 @@ from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
+    kubernetes_argspec,
+    kubernetes_client,
     secret_ref_spec,
     secret_value,
 )
@@ -89,6 +91,25 @@ def token_from_secret(client: t.Any, ref: t.Mapping[str, str]) -> t.Callable[[],
             ) from None
 
     return read
+
+
+def slurmrestd_from_cluster_argspec() -> ArgumentSpec:
+    """The connection options with token_secret and the Kubernetes options it is read with
+    (doc fragments hpcops.slinky.slurmrestd.FROM_CLUSTER and hpcops.slinky.kubernetes)."""
+    return slurmrestd_argspec(token_secret=True).merge(kubernetes_argspec())
+
+
+def token_source_from_params(module: AnsibleModule) -> t.Callable[[], str] | None:
+    """A token source that reads O(token_secret) through the Kubernetes options; none when
+    the module was given no token_secret (and so needs no Kubernetes client)."""
+    ref = module.params.get("token_secret")
+    if not ref:
+        return None
+    try:
+        client = kubernetes_client(module.params.get("kubeconfig"), module.params.get("context"))
+    except KubernetesError as err:
+        module.fail_json(msg=f"token_secret: {err}")
+    return token_from_secret(client, ref)
 
 
 def connection_from_params(
