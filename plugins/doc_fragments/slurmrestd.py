@@ -76,8 +76,8 @@ options:
       - A Secret that holds the slurmrestd token, such as the one a Slinky C(Token) keeps
         fresh. It is read when the module starts and read again whenever slurmrestd rejects
         the token in hand (it expired during a long run), so a run outlives its token.
-      - It is read through the Kubernetes API (O(kubeconfig), O(context)); only then are the
-        kubernetes Python library and the kubernetes.core collection needed.
+      - It is read through the Kubernetes API (O(kubeconfig), O(context)); only this option
+        and O(jwt_key_secret) need the kubernetes Python library and kubernetes.core.
       - Mutually exclusive with O(token) and O(jwt_key_path).
     type: dict
     suboptions:
@@ -93,6 +93,27 @@ options:
         description: The key that holds the token.
         type: str
         default: auth-token
+  jwt_key_secret:
+    description:
+      - A Secret that holds slurmctld's JWT key (C(AuthAltParameters=jwt_key=)), such as the
+        one the slurm chart mounts. The key is read once through the Kubernetes API and kept
+        in memory only, never written to a file; a token is minted from it for O(user), and
+        minted again when slurmrestd rejects the one in hand.
+      - Mutually exclusive with O(token), O(jwt_key_path) and O(token_secret).
+    type: dict
+    suboptions:
+      namespace:
+        description: The Secret's namespace.
+        type: str
+        required: true
+      name:
+        description: The Secret's name.
+        type: str
+        required: true
+      key:
+        description: The key that holds the JWT key.
+        type: str
+        default: jwt_hs256.key
 """
 
     ACTIONGROUP = r"""

@@ -181,9 +181,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     list_objects,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
+    cluster_token_source,
     failing_cleanly,
     slurm_client,
-    token_from_secret,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import job_node_names
 
@@ -218,8 +218,7 @@ def main() -> None:
         ]
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
-    ref = module.params["token_secret"]
-    slurm = slurm_client(module, token_from_secret(client, ref) if ref else None)
+    slurm = slurm_client(module, cluster_token_source(client, module.params))
     with failing_cleanly(module, result):
         slurm_nodes = slurm_node_views(slurm.nodes(), slurm.jobs(), job_node_names)
     now = time.time()

@@ -261,8 +261,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     kubernetes_client,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
+    cluster_token_source,
     slurm_client,
-    token_from_secret,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.shared_reads import (
     slurm_for_workers,
@@ -385,8 +385,7 @@ def main() -> None:
         check_mode=module.check_mode,
         fault=armed_fault(),
     )
-    ref = params["token_secret"]
-    slurm = slurm_client(module, token_from_secret(kube.client, ref) if ref else None)
+    slurm = slurm_client(module, cluster_token_source(kube.client, module.params))
     handover = Handover(
         kube,
         slurm_for_workers(slurm, workers, params["poll_interval_s"], params["shared_reads_from"]),

@@ -183,7 +183,7 @@ def pytest_terminal_summary(
     """The time of each phase: the CI log says where a run's hour went."""
     times = dict(config.stash.get(phase_times_key, {}))
     began, with_units = config.stash.get(tests_began_key, (0.0, False))
-    if with_units:  # they ran first, before every timed test
+    if with_units and PHASES[0] not in times:  # they ran first, untimed by the hook above
         times[PHASES[0]] = time.monotonic() - began - sum(times.values())
     if times:
         terminalreporter.section("time per phase")

@@ -186,8 +186,8 @@ def secret_ref_spec(default_key: str) -> dict[str, t.Any]:
     }
 
 
-def secret_value(client: t.Any, ref: t.Mapping[str, str]) -> str:
-    """The text of one key of a Secret; KubernetesError naming the Secret when it is not there."""
+def secret_bytes(client: t.Any, ref: t.Mapping[str, str]) -> bytes:
+    """The bytes of one key of a Secret; KubernetesError naming the Secret when it is not there."""
     where = f"Secret {ref['namespace']}/{ref['name']}"
     secret = get_object(client, "v1", "Secret", ref["name"], ref["namespace"])
     if secret is None:
@@ -196,6 +196,16 @@ def secret_value(client: t.Any, ref: t.Mapping[str, str]) -> str:
     if not encoded:
         raise KubernetesError(f"{where} has no key {ref['key']} (yet)")
     try:
-        return base64.b64decode(encoded).decode("utf-8").strip()
-    except (ValueError, UnicodeDecodeError):
-        raise KubernetesError(f"{where}: key {ref['key']} is not text") from None
+        return base64.b64decode(encoded)
+    except ValueError:
+        raise KubernetesError(f"{where}: key {ref['key']} is not base64") from None
+
+
+def secret_value(client: t.Any, ref: t.Mapping[str, str]) -> str:
+    """The text of one key of a Secret; KubernetesError naming the Secret when it is not there."""
+    try:
+        return secret_bytes(client, ref).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise KubernetesError(
+            f"Secret {ref['namespace']}/{ref['name']}: key {ref['key']} is not text"
+        ) from None

@@ -20,6 +20,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
     kubernetes_argspec,
     kubernetes_client,
+    secret_bytes,
     secret_ref_spec,
     secret_value,
 )
@@ -30,6 +31,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     SlurmAuthError,
     SlurmRestClient,
     SlurmRestError,
+    mint_token,
 )
 
 
@@ -55,13 +57,20 @@ TOKEN_SECRET_MUTUALLY_EXCLUSIVE = [
     *SLURMRESTD_MUTUALLY_EXCLUSIVE,
     ("token", "token_secret"),
     ("jwt_key_path", "token_secret"),
+    ("token", "jwt_key_secret"),
+    ("jwt_key_path", "jwt_key_secret"),
+    ("token_secret", "jwt_key_secret"),
 ]
 
 
 def token_secret_argument_spec() -> dict[str, dict[str, t.Any]]:
-    """The token_secret option (doc fragment hpcops.slinky.slurmrestd.FROM_CLUSTER)."""
-    # A reference to the Secret, not the token: nothing to hide in it.
-    return {"token_secret": {**secret_ref_spec("auth-token"), "no_log": False}}
+    """The token_secret and jwt_key_secret options (doc fragment
+    hpcops.slinky.slurmrestd.FROM_CLUSTER)."""
+    # References to Secrets, not the token or key: nothing to hide in them.
+    return {
+        "token_secret": {**secret_ref_spec("auth-token"), "no_log": False},
+        "jwt_key_secret": {**secret_ref_spec("jwt_hs256.key"), "no_log": False},
+    }
 
 
 def slurmrestd_argspec(*, token_secret: bool = False) -> ArgumentSpec:
@@ -99,17 +108,55 @@ def slurmrestd_from_cluster_argspec() -> ArgumentSpec:
     return slurmrestd_argspec(token_secret=True).merge(kubernetes_argspec())
 
 
+def token_minted_from_secret(
+    client: t.Any, ref: t.Mapping[str, str], user: str, lifespan: int
+) -> t.Callable[[], str]:
+    """A token source that mints a token from the JWT key in a Secret, read once and kept in
+    memory only (never in a file); asked again after a rejection, it mints a new token."""
+    key: list[bytes] = []
+
+    def mint() -> str:
+        if not key:
+            try:
+                key.append(secret_bytes(client, ref))
+            except KubernetesError as err:
+                raise SlurmAuthError(
+                    f"jwt_key_secret: {err}; point it at the Secret of slurmctld's JWT key "
+                    "(AuthAltParameters=jwt_key=), or give token or token_secret"
+                ) from None
+        return mint_token(key[0], user, lifespan)
+
+    return mint
+
+
+def cluster_token_source(
+    client: t.Any, params: t.Mapping[str, t.Any]
+) -> t.Callable[[], str] | None:
+    """The token source of O(token_secret) or O(jwt_key_secret), read through `client`;
+    none when the module was given neither."""
+    if params.get("token_secret"):
+        return token_from_secret(client, params["token_secret"])
+    if params.get("jwt_key_secret"):
+        return token_minted_from_secret(
+            client,
+            params["jwt_key_secret"],
+            params.get("user") or "root",
+            params.get("token_lifespan") or 300,
+        )
+    return None
+
+
 def token_source_from_params(module: AnsibleModule) -> t.Callable[[], str] | None:
-    """A token source that reads O(token_secret) through the Kubernetes options; none when
-    the module was given no token_secret (and so needs no Kubernetes client)."""
-    ref = module.params.get("token_secret")
-    if not ref:
+    """cluster_token_source with a client built from the Kubernetes options, only when the
+    module reads a Secret (otherwise it needs no Kubernetes client)."""
+    params = module.params
+    if not params.get("token_secret") and not params.get("jwt_key_secret"):
         return None
     try:
-        client = kubernetes_client(module.params.get("kubeconfig"), module.params.get("context"))
+        client = kubernetes_client(params.get("kubeconfig"), params.get("context"))
     except KubernetesError as err:
-        module.fail_json(msg=f"token_secret: {err}")
-    return token_from_secret(client, ref)
+        module.fail_json(msg=f"token_secret or jwt_key_secret: {err}")
+    return cluster_token_source(client, params)
 
 
 def connection_from_params(
