@@ -168,8 +168,7 @@ tests_began_key = pytest.StashKey[tuple[float, bool]]()
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Add each integration test's wall time, with its fixtures' setup and teardown, to its
-    phase (a hook of this directory's conftest sees only the tests under it)."""
+    """Add each test's wall time, with its fixtures' setup and teardown, to its phase."""
     started = time.monotonic()
     yield
     times = item.config.stash.setdefault(phase_times_key, {})
@@ -183,7 +182,7 @@ def pytest_terminal_summary(
     """The time of each phase: the CI log says where a run's hour went."""
     times = dict(config.stash.get(phase_times_key, {}))
     began, with_units = config.stash.get(tests_began_key, (0.0, False))
-    if with_units and PHASES[0] not in times:  # they ran first, untimed by the hook above
+    if with_units and PHASES[0] not in times:  # where the hook above did not see them
         times[PHASES[0]] = time.monotonic() - began - sum(times.values())
     if times:
         terminalreporter.section("time per phase")
