@@ -45,6 +45,16 @@ def _enabled(values: Mapping[str, t.Any], key: str) -> set[str]:
     return {name for name, item in section.items() if (item or {}).get("enabled", True)}
 
 
+def _daemonset_nodesets(values: Mapping[str, t.Any]) -> set[str]:
+    """The enabled NodeSets of scalingMode DaemonSet: the lendable pools' (lent nodes)."""
+    section = values.get("nodesets") or {}
+    return {
+        name
+        for name in _enabled(values, "nodesets")
+        if (section[name] or {}).get("scalingMode") == "DaemonSet"
+    }
+
+
 def _line(version: str) -> t.Any:
     return CHART_LINES.get(parse_version(version, "version")[:2])
 
@@ -69,7 +79,9 @@ def _keys_leaving(old_values: Mapping[str, t.Any], new_line: t.Any) -> list[str]
     return found
 
 
-def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[str]:
+def _line_changes(
+    old: str, new: str, new_values: Mapping[str, t.Any], drained: list[str]
+) -> list[str]:
     old_line, new_line = _line(old), _line(new)
     if old_line is None or new_line is None or old_line == new_line:
         return []
@@ -97,7 +109,7 @@ def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[s
                 else "(a changed slurm.conf recreates the slurmctld pod; jobs keep running)"
             )
         )
-    changes += _pod_replacements(new_line.name, new_values, replaced_nodesets(old, new, new_values))
+    changes += _pod_replacements(new_line.name, new_values, drained)
     if old_line.chart_defaults_off and not new_line.chart_defaults_off:
         changes.append(
             f"Slinky {new_line.name}'s chart no longer enables the default NodeSet 'slinky' and "
@@ -106,18 +118,13 @@ def _line_changes(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[s
     return changes
 
 
-def replaced_nodesets(old: str | None, new: str, new_values: Mapping[str, t.Any]) -> list[str]:
+def replaced_nodesets(old: str, new: str, new_values: Mapping[str, t.Any]) -> list[str]:
     """The StatefulSet NodeSets whose slurmd pods an operator of a new line replaces, so
     whose Slurm nodes the upgrade drains first (none within a line)."""
-    old_line, new_line = _line(old) if old else None, _line(new)
+    old_line, new_line = _line(old), _line(new)
     if old_line is None or new_line is None or old_line == new_line:
         return []
-    return [
-        name
-        for name, nodeset in sorted((new_values.get("nodesets") or {}).items())
-        if (nodeset or {}).get("enabled", True)
-        and (nodeset or {}).get("scalingMode") != "DaemonSet"
-    ]
+    return sorted(_enabled(new_values, "nodesets") - _daemonset_nodesets(new_values))
 
 
 def _pod_replacements(line: str, new_values: Mapping[str, t.Any], drained: list[str]) -> list[str]:
@@ -126,12 +133,7 @@ def _pod_replacements(line: str, new_values: Mapping[str, t.Any], drained: list[
     replaced, once the busy pod was replaced at once while slurmctld was recreated and its
     job stayed RUNNING with no process; the DaemonSet NodeSet's pod went within seconds and
     its job was requeued)."""
-    at_once = [
-        name
-        for name, nodeset in sorted((new_values.get("nodesets") or {}).items())
-        if (nodeset or {}).get("enabled", True)
-        and (nodeset or {}).get("scalingMode") == "DaemonSet"
-    ]
+    at_once = sorted(_daemonset_nodesets(new_values))
     found = []
     if drained:
         found.append(
@@ -228,9 +230,11 @@ def upgrade_report(
         _enabled(old_values, "partitions") - _enabled(new_values, "partitions")
     )
     changes: list[str] = []
+    # Drained before the upgrade and resumed after (upgrade.yml).
+    drain = replaced_nodesets(slurm, wanted, new_values) if slurm and not refusals else []
     if slurm and not refusals:
         changes += _keys_leaving(old_values, _line(wanted))
-        changes += _line_changes(slurm, wanted, new_values)
+        changes += _line_changes(slurm, wanted, new_values, drain)
         if slurm != wanted:
             changes += _persistence_warning(new_values)
         changes += _image_changes(old_values, new_values)
@@ -252,8 +256,5 @@ def upgrade_report(
         "changes": changes,
         "dropped_nodesets": dropped_nodesets,
         "dropped_partitions": dropped_partitions,
-        # Drained before the upgrade and resumed after (upgrade.yml).
-        "drain_nodesets": replaced_nodesets(slurm, wanted, new_values)
-        if slurm and not refusals
-        else [],
+        "drain_nodesets": drain,
     }
