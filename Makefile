@@ -131,26 +131,10 @@ units: setup
 integration: setup
 	pytest tests/integration
 
-# The lab's and kind's Go builds and root filesystems (about 20 minutes of work on a cold
-# machine) start first, in the background at the lowest priority, while the venv, lint and
-# sanity keep one core busy; the tests that need them wait on their locks. The shell waits
-# for the builds before it exits, whatever happened: a debootstrap stopped halfway leaves
-# its mounts behind. One pytest run at the end, so the suite closes with its summary line.
+# The checks, the Slurm lab with the kind scenarios, and the other tests run at once, after
+# the lab's and kind's builds have started in the background (tests/run_suite.py says how).
 test: deps
-	@mkdir -p $(CURDIR)/.kind; \
-	if [ "$$(id -u)" = 0 ]; then \
-	  echo ">> the lab's and kind's builds, in the background (log: .kind/prepare.log)"; \
-	  nice -n 19 $(PYTHON) tests/lab/kind_images.py prepare > .kind/prepare.log 2>&1 & \
-	  prepare=$$!; trap 'wait $$prepare 2>/dev/null || true' EXIT; \
-	  export HPCOPS_KIND_PREPARE_PID=$$prepare; \
-	fi; \
-	began=$$(date +%s); $(MAKE) --no-print-directory setup; \
-	echo ">> setup took $$(( $$(date +%s) - began )) s"; began=$$(date +%s); \
-	$(MAKE) --no-print-directory lint sanity build-check changelog-lint ee-check; \
-	echo ">> lint, sanity and the build checks took $$(( $$(date +%s) - began )) s"; \
-	status=0; pytest --durations=25 tests/unit tests/integration || status=$$?; \
-	{ grep -h "ready in" .kind/prepare.log 2>/dev/null || true; } | sed 's/^/>> the builds: /'; \
-	exit $$status
+	@$(PYTHON) tests/run_suite.py
 
 demo: setup build-check
 	@echo ">> plugins of hpcops.slinky, read from the installed tarball"

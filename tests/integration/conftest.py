@@ -132,6 +132,27 @@ INTEGRATION_DIR = Path(__file__).resolve().parent
 
 # The phases of a `make test` run, in the order they run; pytest's summary gives each one's time.
 PHASES = ("unit tests", "Slurm lab", "Kubernetes lab (kwok)", "node_prep hosts", "kind scenarios")
+# Their names for --phases: `make test` runs the Slurm lab and kind in a pytest process of
+# their own, beside the other phases (tests/run_suite.py).
+PHASE_NAMES = dict(zip(("units", "slurm", "kwok", "node-prep", "kind"), PHASES, strict=True))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phases",
+        default=",".join(PHASE_NAMES),
+        help=f"comma-separated phases to run, of {', '.join(PHASE_NAMES)} (default: all)",
+    )
+
+
+def selected_phases(config: pytest.Config) -> set[str]:
+    names = [name.strip() for name in config.getoption("phases").split(",") if name.strip()]
+    unknown = [name for name in names if name not in PHASE_NAMES]
+    if unknown or not names:
+        raise pytest.UsageError(
+            f"--phases: unknown phase(s) {unknown}; choose among {', '.join(PHASE_NAMES)}"
+        )
+    return {PHASE_NAMES[name] for name in names}
 
 
 def phase_of(item: pytest.Item) -> str:
@@ -153,6 +174,12 @@ def pytest_collection_modifyitems(
 ) -> None:
     def phase(item: pytest.Item) -> int:
         return PHASES.index(phase_of(item))
+
+    wanted = selected_phases(config)
+    deselected = [item for item in items if phase_of(item) not in wanted]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if phase_of(item) in wanted]
 
     order = {name: index for index, name in enumerate(LATE_MODULES)}
     order |= {
@@ -180,6 +207,8 @@ def pytest_terminal_summary(
     terminalreporter: t.Any, exitstatus: int, config: pytest.Config
 ) -> None:
     """The time of each phase: the CI log says where a run's hour went."""
+    if config.option.collectonly:
+        return
     times = dict(config.stash.get(phase_times_key, {}))
     began, with_units = config.stash.get(tests_began_key, (0.0, False))
     if with_units and PHASES[0] not in times:  # where the hook above did not see them

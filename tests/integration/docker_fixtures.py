@@ -1,11 +1,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""dockerd for a test module (tests/lab/docker_engine.py): started for the module unless it
-runs already, and then stopped by it. Test modules load it with
-``pytest_plugins = ["docker_fixtures"]``."""
+"""dockerd for the test modules that need it (tests/lab/docker_engine.py), shared by every
+pytest process of a run: `make test` runs the kind scenarios in one process and the bare-metal
+hosts of node_prep in another. Test modules load it with ``pytest_plugins = ["docker_fixtures"]``.
+
+Each module holds a shared lock on ``users.lock`` while it uses dockerd. The first user starts
+it unless it runs already, and records its pid in ``started-by-tests``; the last one out stops
+the dockerd the tests started. One that ran before the tests stays up.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import sys
+import time
+import typing as t
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,25 +21,75 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
-from docker_engine import DockerEngine
+from docker_engine import RUN_DIR, DockerEngine
 from toolbox import LabError
+
+USERS_LOCK = RUN_DIR / "users.lock"
+STARTED_BY_TESTS = RUN_DIR / "started-by-tests"
 
 
 class SessionEngine(DockerEngine):
-    """dockerd for this module: started here unless it runs already, then stopped here."""
+    """dockerd while this module uses it (see the module's docstring)."""
 
-    started_here = False
+    def __init__(self) -> None:
+        self._users: t.TextIO | None = None
+
+    @property
+    def started_here(self) -> bool:
+        """Whether the dockerd that runs now was started by the tests."""
+        pid = self.pid()
+        try:
+            return pid is not None and STARTED_BY_TESTS.read_text().strip() == str(pid)
+        except OSError:
+            return False
+
+    def join(self) -> None:
+        """Hold dockerd for this module, starting it when nobody runs it."""
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        self._users = USERS_LOCK.open("w")
+        while True:
+            fcntl.flock(self._users, fcntl.LOCK_SH)
+            if self.status()["answering"]:
+                return
+            # Alone to start it: nobody may use or stop it meanwhile. Then back to shared.
+            fcntl.flock(self._users, fcntl.LOCK_EX)
+            if not self.status()["answering"]:
+                self.up()
+                STARTED_BY_TESTS.write_text(f"{self.pid()}\n")
+
+    def leave(self) -> None:
+        """Let go of dockerd; the last user stops it when the tests started it."""
+        if self._users is None:
+            return
+        try:
+            fcntl.flock(self._users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another module, maybe in the other pytest process, still uses it
+        else:
+            if self.started_here:
+                self.down()
+                STARTED_BY_TESTS.unlink(missing_ok=True)
+        finally:
+            self._users.close()
+            self._users = None
+
+    def leave_last(self, timeout_s: float) -> None:
+        """Leave, then wait until the last user out has stopped the dockerd the tests started."""
+        self.leave()
+        deadline = time.monotonic() + timeout_s
+        while self.pid():
+            if time.monotonic() > deadline:
+                raise LabError(f"another test module still used dockerd after {timeout_s:.0f} s")
+            time.sleep(2)
 
 
 @pytest.fixture(scope="module")
 def docker_engine() -> Iterator[SessionEngine]:
     engine = SessionEngine()
-    if not engine.status()["answering"]:
-        try:
-            engine.up()
-        except LabError as err:
-            pytest.fail(f"dockerd did not start: {err}", pytrace=False)
-        engine.started_here = True
+    try:
+        engine.join()
+    except LabError as err:
+        engine.leave()
+        pytest.fail(f"dockerd did not start: {err}", pytrace=False)
     yield engine
-    if engine.started_here and engine.pid():
-        engine.down()
+    engine.leave()

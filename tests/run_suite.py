@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`make test`: the whole suite, in lanes that run at once on a 2-core machine.
+
+Most of the suite waits on daemons (slurmctld, the apiserver, kubelets in kind), so one
+pytest process leaves a core idle. After the set-up, three lanes start together:
+
+* the checks: lint, sanity and the build checks (one make), log in .build/test-logs/;
+* the Slurm lab and the kind scenarios (a pytest process of their own, log in
+  .build/test-logs/): they share nothing with the Kubernetes lab;
+* the unit tests, the Kubernetes lab (kwok) and the node_prep hosts, on this terminal: the
+  node_prep hosts' Nodes live in the Kubernetes lab.
+
+The kind scenarios and node_prep share dockerd (tests/integration/docker_fixtures.py). As
+root, the lab's and kind's Go builds and root filesystems start first, in the background at
+the lowest priority (log: .kind/prepare.log); the tests that need them wait on their locks.
+The logs of the other lanes follow this lane's summary; the exit status is non-zero when any
+lane failed. Nothing is killed: a debootstrap stopped halfway leaves its mounts behind, so
+the run waits for every lane and the builds, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LOGS = REPO / ".build" / "test-logs"
+PREPARE_LOG = REPO / ".kind" / "prepare.log"
+CHECKS = ("lint", "sanity", "build-check", "changelog-lint", "ee-check")
+SIDE_PHASES = "slurm,kind"
+MAIN_PHASES = "units,kwok,node-prep"
+
+
+@dataclass
+class Lane:
+    name: str
+    command: list[str]
+    log: Path | None = None  # None: this terminal
+    process: subprocess.Popen[bytes] | None = None
+    began: float = 0.0
+    took: float = 0.0
+    returncode: int | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.began = time.monotonic()
+        out = self.log.open("wb") if self.log else None
+        self.process = subprocess.Popen(
+            self.command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT if out else None
+        )
+        if out:
+            out.close()
+
+    def wait(self) -> int:
+        assert self.process is not None
+        self.returncode = self.process.wait()
+        self.took = time.monotonic() - self.began
+        self.done.set()
+        return self.returncode
+
+    @property
+    def result(self) -> str:
+        return "passed" if self.returncode == 0 else f"FAILED (exit {self.returncode})"
+
+
+def say(line: str) -> None:
+    print(f">> {line}", flush=True)
+
+
+def main() -> int:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    prepare = None
+    if os.geteuid() == 0:
+        PREPARE_LOG.parent.mkdir(exist_ok=True)
+        say(f"the lab's and kind's builds, in the background (log: {rel(PREPARE_LOG)})")
+        with PREPARE_LOG.open("wb") as log:
+            prepare = subprocess.Popen(
+                ["nice", "-n", "19", sys.executable, "tests/lab/kind_images.py", "prepare"],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C must not stop a debootstrap halfway
+            )
+        env["HPCOPS_KIND_PREPARE_PID"] = str(prepare.pid)  # the pytest lanes start none
+    began = time.monotonic()
+    make = ["make", "--no-print-directory"]
+    setup = subprocess.run([*make, "setup"], cwd=REPO, env=env, check=False)
+    say(f"setup took {time.monotonic() - began:.0f} s")
+    lanes = []
+    if setup.returncode == 0:
+        pytest = [str(REPO / ".venv/bin/pytest"), "--durations=25"]
+        lanes = [
+            Lane("lint, sanity and the build checks", [*make, *CHECKS], LOGS / "checks.log"),
+            Lane(
+                "the Slurm lab and the kind scenarios",
+                [*pytest, f"--phases={SIDE_PHASES}", "tests/integration"],
+                LOGS / "slurm-and-kind.log",
+            ),
+            Lane(
+                "the unit tests, the Kubernetes lab and the node_prep hosts",
+                [*pytest, f"--phases={MAIN_PHASES}", "tests/unit", "tests/integration"],
+            ),
+        ]
+        run_lanes(lanes, env)
+    if prepare is not None:
+        prepare.wait()
+        for line in PREPARE_LOG.read_text(errors="replace").splitlines():
+            if "ready in" in line:
+                say(f"the builds: {line}")
+    for lane in lanes:
+        say(f"{lane.name}: {lane.result} in {lane.took / 60:.1f} min")
+    if setup.returncode != 0:
+        say(f"setup FAILED (exit {setup.returncode})")
+        return setup.returncode
+    return next((lane.returncode for lane in lanes if lane.returncode), 0) or 0
+
+
+def run_lanes(lanes: list[Lane], env: dict[str, str]) -> None:
+    """Start every lane, report the background ones as they end, then print their logs."""
+    background = [lane for lane in lanes if lane.log]
+    for lane in lanes:
+        if lane.log:
+            say(f"{lane.name}: in the background (log: {rel(lane.log)})")
+        lane.start(env)
+
+    def report(lane: Lane) -> None:
+        lane.wait()
+        say(f"{lane.name}: {lane.result} in {lane.took / 60:.1f} min (log: {rel(lane.log)})")
+
+    watchers = [threading.Thread(target=report, args=(lane,)) for lane in background]
+    for watcher in watchers:
+        watcher.start()
+    forward_interrupts(lanes)
+    for lane in lanes:
+        if not lane.log:
+            lane.wait()
+    for watcher in watchers:
+        watcher.join()
+    for lane in background:
+        assert lane.log is not None
+        say(f"{lane.name} ({rel(lane.log)}):")
+        sys.stdout.write(lane.log.read_text(errors="replace"))
+        sys.stdout.flush()
+
+
+def forward_interrupts(lanes: list[Lane]) -> None:
+    """A SIGTERM (CI's timeout) reaches the lanes as the Ctrl-C pytest and make clean up on.
+
+    A Ctrl-C on the terminal reaches them already; here it must not end the wait for them.
+    """
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        for lane in lanes:
+            if lane.process is not None and lane.process.poll() is None:
+                lane.process.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def rel(path: Path | None) -> str:
+    return str(path.relative_to(REPO)) if path else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
