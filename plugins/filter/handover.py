@@ -12,7 +12,6 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import Policy
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     settings_problems,
 )
@@ -20,10 +19,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report imp
     metrics_text,
     run_summary,
     summary_line,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
-    HandoverMarkers,
-    named_node_refusals,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import token_expiry
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.slinky_tokens import (
@@ -40,6 +35,7 @@ COLUMNS = (
     ("SLURM", "slurm"),
     ("JOBS", "jobs"),
     ("OP", "op"),
+    ("ADMIN DRAIN", "admin_drain"),
 )
 
 
@@ -132,6 +128,7 @@ def handover_run_summary(
     action: str = "",
     requested: t.Any = (),
     warnings: t.Any = (),
+    attention: t.Any = (),
     trigger: t.Any = None,
 ) -> dict[str, t.Any]:
     """The summary of one run from the results its tasks registered."""
@@ -151,6 +148,7 @@ def handover_run_summary(
             action=str(action or ""),
             requested=[str(node) for node in requested or ()],
             warnings=[warnings] if isinstance(warnings, str) else list(warnings or ()),
+            attention=[attention] if isinstance(attention, str) else list(attention or ()),
             trigger=trigger,
         )
     except (TypeError, ValueError) as err:
@@ -171,32 +169,6 @@ def handover_metrics(summary: t.Any, cluster: str = "") -> str:
 def handover_summary_line(summary: t.Any) -> str:
     """A run summary as one line."""
     return summary_line(_summary(summary, "handover_summary_line"))
-
-
-def handover_node_refusals(
-    lookups: t.Any, policy: t.Any, journal_annotation: str = "hpcops.io/handover"
-) -> list[str]:
-    """Why each named node cannot be lent or reclaimed, from a looped k8s_info's results."""
-    results = lookups.get("results") if isinstance(lookups, dict) else None
-    if not isinstance(results, list) or not isinstance(policy, dict):
-        raise AnsibleFilterError(
-            "handover_node_refusals: expected the registered result of kubernetes.core.k8s_info "
-            "looped over the node names, and the combined handover policy"
-        )
-    names = [str(result.get("item", "")) for result in results]
-    found = {
-        str(result.get("item", "")): (result.get("resources") or [None])[0] for result in results
-    }
-
-    def labels(key: str) -> dict[str, str]:
-        return {str(k): str(v) for k, v in (policy.get(key) or {}).items()}
-
-    selectors = Policy(
-        pool_selector=labels("pool_selector"), never_touch_selector=labels("never_touch_selector")
-    )
-    return named_node_refusals(
-        names, found, selectors, HandoverMarkers(journal_annotation=journal_annotation)
-    )
 
 
 def jwt_expiry(token: t.Any) -> float | None:
@@ -243,7 +215,6 @@ class FilterModule:
             "handover_run_summary": handover_run_summary,
             "handover_metrics": handover_metrics,
             "handover_summary_line": handover_summary_line,
-            "handover_node_refusals": handover_node_refusals,
             "jwt_expiry": jwt_expiry,
             "handover_settings_problems": handover_settings_problems,
             "slinky_token_secret": slinky_token_secret,

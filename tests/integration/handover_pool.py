@@ -212,6 +212,7 @@ class Pool:
         """Nothing of a handover left on the node: journal free, no mark, no slurmd, no
         Slurm node (DOWN or otherwise)."""
         assert self.journal(name)["state"] == "free", self.journal(name)
+        assert not self.node(name)["spec"].get("unschedulable")
         assert self.marks(name) == (False, False)
         assert self.slurmd_pods(name) == []
         assert self.slurm_node(name) is None
@@ -220,6 +221,7 @@ class Pool:
         """assert_clean's conditions, as a question: nothing of a handover on the node."""
         return (
             self.journal(name)["state"] == "free"
+            and not self.node(name)["spec"].get("unschedulable")
             and self.marks(name) == (False, False)
             and not self.slurmd_pods(name)
             and self.slurm_node(name) is None
@@ -256,10 +258,11 @@ class Pool:
         )
         assert status == 200, body
         for name in LENDABLE:
+            # A node given back cordoned (an admin's drain) is uncordoned, as its admin would.
             self.lab.request(
                 "PATCH",
                 f"/api/v1/nodes/{name}",
-                {"metadata": {"annotations": {JOURNAL: None}}},
+                {"metadata": {"annotations": {JOURNAL: None}}, "spec": {"unschedulable": None}},
                 content_type=MERGE,
             )
             self.assert_clean(name)

@@ -114,6 +114,63 @@ def test_under_wait_no_job_is_touched_and_the_node_is_blocked(clean_pool: Pool) 
     pool.assert_clean("int01")
 
 
+def test_an_admins_drain_is_kept_and_the_node_comes_back_cordoned(clean_pool: Pool) -> None:
+    """A lent node an admin drained in Slurm never goes back to the applications silently:
+    status shows the reason before and after the reclaim, which keeps it in the journal, an
+    Event and the run's summary, and leaves the Node cordoned (admin_drain: cordon)."""
+    pool = clean_pool
+    reason = "hw: ECC errors"
+    assert not pool.playbook("lend", handover_nodes=["int01"]).failed
+    pool.idle_slurm_node("int01")
+    status, body = pool.slurm.request(
+        "POST", f"/slurm/{pool.slurm.api}/node/int01", {"state": ["DRAIN"], "reason": reason}
+    )
+    assert status == 200 and not body.get("errors"), body
+
+    def status_rows() -> tuple[dict[str, t.Any], str]:
+        status_file = pool.key_path.parent / "status.json"
+        run = pool.playbook("status", handover_status_json_path=str(status_file))
+        assert not run.failed, run.failures()
+        rows = {row["node"]: row for row in json.loads(status_file.read_text())}
+        return rows["int01"], run.output
+
+    row, output = status_rows()
+    assert row["journal"] == "lent" and row["admin_drain"] == reason
+    assert re.search(r"^int01 +Ready +0 +lent .* hw: ECC errors$", output, re.M)
+
+    summary_file = pool.key_path.parent / "summary.json"
+    run = pool.playbook(
+        "reclaim", handover_nodes=["int01"], handover_summary_path=str(summary_file)
+    )
+    assert not run.failed, run.failures()
+    summary = json.loads(summary_file.read_text())
+    assert summary["outcome"] == "done" and summary["returned"] == ["int01"]
+    assert summary["admin_drains"] == {"int01": reason}
+    assert any(reason in warning for warning in summary["warnings"]), summary["warnings"]
+    assert pool.node("int01")["spec"].get("unschedulable") is True
+    assert pool.journal("int01")["state"] == "free"
+    assert pool.journal("int01")["admin_drain"] == reason
+    assert pool.marks("int01") == (False, False) and pool.slurm_node("int01") is None
+    assert pool.events("int01")[-2:] == ["HandoverAdminDrain", "HandoverReturned"]
+    row, output = status_rows()
+    assert not row["schedulable"] and row["admin_drain"] == reason
+    assert re.search(r"^int01 +Ready,cordoned +0 +free .* hw: ECC errors$", output, re.M)
+
+    # admin_drain: return gives the node back schedulable; the reason is still recorded.
+    assert not pool.handover("lend", ["int02"]).failed
+    pool.idle_slurm_node("int02")
+    status, body = pool.slurm.request(
+        "POST", f"/slurm/{pool.slurm.api}/node/int02", {"state": ["DRAIN"], "reason": reason}
+    )
+    assert status == 200 and not body.get("errors"), body
+    policy = {"pool_selector": {"hpcops.io/pool": "interactive"}, **POLICY, "admin_drain": "return"}
+    run = pool.handover("reclaim", ["int02"], policy=policy)
+    assert not run.failed, run
+    assert run["nodes"][0]["result"] == "free" and run["nodes"][0]["admin_drain"] == reason
+    assert not pool.node("int02")["spec"].get("unschedulable")
+    assert pool.journal("int02")["admin_drain"] == reason
+
+
 def test_an_application_pod_bound_after_the_taint_rolls_the_lend_back(clean_pool: Pool) -> None:
     pool = clean_pool
     # The lend stops right after its first step (journal lending + taint), as if the

@@ -374,6 +374,28 @@ def test_every_policy_setting_is_checked_before_the_lease(
     assert_refused(pool, "rebalance", {"handover_policy": policy}, [m for _k, _v, m in cases])
 
 
+@pytest.mark.parametrize("playbook", ["rebalance", "reclaim"])
+def test_a_policy_partition_the_cluster_lacks_is_refused_before_the_lease(
+    pool: Pool, playbook: str
+) -> None:
+    """A typo would give that partition's jobs the default grace and escalation unnoticed:
+    here `wait` would have become the default `requeue`."""
+    policy = {**POLICY, "partitions": {"backfil": {"grace_s": 60, "escalation": "wait"}}}
+    extra: dict[str, t.Any] = {"handover_policy": policy}
+    if playbook == "reclaim":
+        extra["handover_nodes"] = ["int01"]
+    assert_refused(
+        pool,
+        playbook,
+        extra,
+        [
+            "handover_policy.partitions.backfil: is not a Slurm partition of the lendable "
+            "NodeSets (interactive; theirs: ",
+            "did you mean backfill?",
+        ],
+    )
+
+
 def assert_refused(pool: Pool, playbook: str, extra: dict[str, t.Any], messages: list[str]) -> None:
     """Refused before the Lease: exit 2, the message names each variable, nothing changed,
     nothing recorded, no Lease taken, no node touched."""

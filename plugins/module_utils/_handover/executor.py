@@ -24,6 +24,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube impor
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     LEND_STEPS,
     RECLAIM_STEPS,
+    AdminDrainPolicy,
     HandoverAction,
     HandoverResult,
     Journal,
@@ -99,6 +100,7 @@ class Outcome:
     uid: str = ""  # the Node's, for its Events
     timeline: dict[str, float] = field(default_factory=dict)  # step -> seconds after start
     changed: bool = False
+    admin_drain: str = ""  # the reason of a drain somebody else set on its Slurm node
 
     def as_dict(self) -> JSON:
         return {
@@ -113,7 +115,13 @@ class Outcome:
             "seconds": round(self.seconds, 2),
             "timeline": {step: round(at, 2) for step, at in self.timeline.items()},
             "changed": self.changed,
+            "warnings": list(self.warnings),
+            "admin_drain": self.admin_drain,
         }
+
+
+class _AlreadyKept(Exception):
+    """The journal holds the admin's drain already: nothing to write."""
 
 
 class Refused(Exception):
@@ -464,8 +472,8 @@ class Handover:
         )
         change = plan_node_change(slurm_name, slurm_node, request)
         if change.foreign_reason:
-            # Somebody else's drain keeps jobs off too; keep it and say so.
-            outcome.warnings.append(f"kept the drain of someone else: {change.foreign_reason!r}")
+            set_by = str(slurm_node.get("reason_set_by_user") or "")
+            self._keep_admin_drain(slurm_name, change.foreign_reason, set_by, outcome)
         if change.action == "update":
             try:
                 self.slurm.update_node(slurm_name, change.body)
@@ -476,6 +484,39 @@ class Handover:
                 outcome.warnings.append(f"drain of Slurm node {slurm_name} failed ({err})")
                 return
             outcome.changed = True
+
+    def _keep_admin_drain(
+        self, slurm_name: str, reason: str, set_by: str, outcome: Outcome
+    ) -> None:
+        """Somebody else drained the lent node ("hw: ECC errors"). Their drain keeps jobs off
+        too, so it stays; its reason goes into the journal and a Warning Event, so that the
+        node never goes back to the applications without it (AdminDrainPolicy)."""
+        if outcome.admin_drain == reason:
+            return  # seen earlier in this run
+        outcome.admin_drain = reason
+        cordon = self.settings.policy.admin_drain == AdminDrainPolicy.CORDON
+        then = "cordoned" if cordon else "schedulable (admin_drain: return)"
+        message = (
+            f"Slurm node {slurm_name} was drained by someone else"
+            f"{f' ({set_by})' if set_by else ''}: {reason!r}; the drain stays, and the reclaim "
+            f"gives the node back {then}"
+        )
+        outcome.warnings.append(message)
+
+        def keep(current: JSON) -> JSON:
+            journal = journal_of(current, self.markers)
+            if journal.admin_drain == reason:
+                raise _AlreadyKept
+            return node_patch(
+                current, self.markers, journal=dataclasses.replace(journal, admin_drain=reason)
+            )
+
+        try:
+            self._transition(outcome.node, keep)
+        except _AlreadyKept:
+            return  # an earlier run kept it and said so
+        outcome.changed = True
+        self._event(outcome, "AdminDrain", message, warning=True)
 
     def _drained_and_idle(self, slurm_name: str, outcome: Outcome) -> bool:
         """Drained and idle; a node that lost its drain while we wait is drained again.
@@ -597,21 +638,41 @@ class Handover:
         return grace_s
 
     def _set_free(self, name: str, outcome: Outcome, reason: str, *, reclaimed: bool) -> None:
+        held = ""  # the reason of an admin's drain the node comes back with
+
         def free(current: JSON) -> JSON:
+            nonlocal held
             now = self.clock()
             before = journal_of(current, self.markers)
             after = transition(before, JournalState.FREE, outcome.op, now, self.settings.by, reason)
             if reclaimed:
                 after = dataclasses.replace(after, last_reclaim=round(now, 3))
-            return node_patch(current, self.markers, journal=after, taint=False)
+            held = after.admin_drain if reclaimed else ""
+            cordon = bool(held) and self.settings.policy.admin_drain == AdminDrainPolicy.CORDON
+            return node_patch(
+                current, self.markers, journal=after, taint=False, cordon=True if cordon else None
+            )
 
         self._transition(name, free)
-        verb = "rolled back" if reason else "given back to the applications"
+        if reason:
+            message = f"rolled back: {reason}"
+        elif held and self.settings.policy.admin_drain == AdminDrainPolicy.CORDON:
+            message = (
+                f"given back cordoned: its Slurm node was drained by someone else ({held!r}); "
+                "uncordon it once it is fit for applications"
+            )
+        elif held:
+            message = (
+                "given back to the applications; its Slurm node had been drained by someone "
+                f"else ({held!r})"
+            )
+        else:
+            message = "given back to the applications"
+        if held:
+            outcome.admin_drain = held
+            outcome.message = message
         self._record_step(
-            outcome,
-            Step.FREE,
-            "RolledBack" if reason else "Returned",
-            f"{verb}{': ' + reason if reason else ''}",
+            outcome, Step.FREE, "RolledBack" if reason else "Returned", message, warning=bool(held)
         )
 
     # -- plumbing ----------------------------------------------------------------------------

@@ -46,6 +46,17 @@ class EscalationPolicy:
 ESCALATIONS = (EscalationPolicy.REQUEUE, EscalationPolicy.CANCEL, EscalationPolicy.WAIT)
 
 
+class AdminDrainPolicy:
+    """What a reclaim does with a node somebody drained in Slurm while it was lent
+    ("hw: ECC errors"): the reason is kept in the journal and an Event either way."""
+
+    CORDON: t.Final = "cordon"  # given back cordoned: a person looks at it first
+    RETURN: t.Final = "return"  # given back schedulable
+
+
+ADMIN_DRAIN_POLICIES = (AdminDrainPolicy.CORDON, AdminDrainPolicy.RETURN)
+
+
 class HandoverAction:
     """What node_handover is asked to do (its option action)."""
 
@@ -123,6 +134,9 @@ class Journal:
     deadline: float | None = None
     reason: str = ""
     by: str = ""
+    # The reason of a drain somebody else set in Slurm while the node was lent; kept until
+    # the node is lent again.
+    admin_drain: str = ""
 
     @classmethod
     def parse(cls, text: str | None) -> Journal:
@@ -149,6 +163,7 @@ class Journal:
             deadline=number("deadline"),
             reason=str(data.get("reason", "")),
             by=str(data.get("by", "")),
+            admin_drain=str(data.get("admin_drain", "")),
         )
 
 
@@ -173,6 +188,7 @@ class Policy:
     system_namespaces: tuple[str, ...] = ("kube-system", "kube-node-lease", "kube-public")
     partitions: Mapping[str, PartitionPolicy] = field(default_factory=dict)
     default_partition: PartitionPolicy = field(default_factory=PartitionPolicy)
+    admin_drain: str = AdminDrainPolicy.CORDON
 
     def partition(self, name: str) -> PartitionPolicy:
         return self.partitions.get(name, self.default_partition)
@@ -219,6 +235,14 @@ class Policy:
                     "max_lent_fraction",
                     f"{self.max_lent_fraction:g} is not between 0 and 1",
                     "for example 0.5",
+                )
+            )
+        if self.admin_drain not in ADMIN_DRAIN_POLICIES:
+            found.append(
+                PolicyError(
+                    "admin_drain",
+                    f"{self.admin_drain!r} is not a known choice",
+                    f"use one of {', '.join(ADMIN_DRAIN_POLICIES)}",
                 )
             )
         for name, part in {**self.partitions, "(default)": self.default_partition}.items():

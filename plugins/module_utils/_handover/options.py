@@ -25,7 +25,9 @@ from ansible.module_utils.common.validation import (
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    ADMIN_DRAIN_POLICIES,
     ESCALATIONS,
+    AdminDrainPolicy,
     EscalationPolicy,
     PartitionPolicy,
     Policy,
@@ -57,6 +59,11 @@ POLICY_SPEC: dict[str, dict[str, t.Any]] = {
         "default": EscalationPolicy.REQUEUE,
     },
     "default_grace_s": {"type": "int", "default": 300},
+    "admin_drain": {
+        "type": "str",
+        "choices": list(ADMIN_DRAIN_POLICIES),
+        "default": AdminDrainPolicy.CORDON,
+    },
 }
 
 
@@ -93,6 +100,7 @@ def policy_from_params(params: dict[str, t.Any]) -> Policy:
         system_namespaces=tuple(params["system_namespaces"]),
         partitions=partitions,
         default_partition=PartitionPolicy(params["default_grace_s"], params["default_escalation"]),
+        admin_drain=params["admin_drain"],
     )
 
 
@@ -357,6 +365,13 @@ def _escalation(value: t.Any, path: str, problems: _Problems) -> t.Any:
     return _REFUSED
 
 
+def _choice(value: t.Any, path: str, choices: Sequence[str], problems: _Problems) -> t.Any:
+    if isinstance(value, str) and value in choices:
+        return value
+    problems.add(path, f"{_shown(value)} is not a known choice", f"use one of {', '.join(choices)}")
+    return _REFUSED
+
+
 def _partitions(value: t.Any, path: str, problems: _Problems) -> t.Any:
     table = _mapping(value)
     if table is None:
@@ -413,7 +428,9 @@ def _policy_setting(key: str, value: t.Any, path: str, problems: _Problems) -> t
         return _partitions(value, path, problems)
     if spec["type"] == "list":
         return _namespaces(value, path, problems)
-    return _escalation(value, path, problems)  # default_escalation, the one str setting
+    if key == "admin_drain":
+        return _choice(value, path, ADMIN_DRAIN_POLICIES, problems)
+    return _escalation(value, path, problems)  # default_escalation
 
 
 def _check_policy(settings: Mapping[str, t.Any], problems: _Problems) -> None:
@@ -533,3 +550,58 @@ def settings_problems(settings: Mapping[str, t.Any]) -> list[str]:
         if number is not _REFUSED and not allowed(number):
             problems.add(variable, f"{_number_text(number)} {problem}", fix)
     return problems.messages
+
+
+# ---- the policy against the cluster, checked by handover_check before the Lease ------------
+
+# A comma between two names of a host list, not one inside brackets (cpu[01,03]).
+_HOSTLIST_COMMA = re.compile(r",(?![^\[]*\])")
+
+
+def lendable_partitions(
+    partitions: Sequence[Mapping[str, t.Any]], nodeset_keys: Sequence[str]
+) -> list[str]:
+    """The Slurm partitions lent nodes can serve: those whose NodeSets or configured nodes
+    name a lendable NodeSet (Slinky writes `NodeSet=<key> Feature=<key>`, and partitions name
+    the key) or ALL."""
+    keys = set(nodeset_keys) | {"ALL"}
+    found = set()
+    for partition in partitions:
+        named = set()
+        for field in ("node_sets", "nodes"):
+            named.update(_HOSTLIST_COMMA.split(str(partition.get(field) or "")))
+        if named & keys:
+            found.add(str(partition.get("name")))
+    return sorted(found)
+
+
+def policy_partition_refusals(
+    named: Sequence[str],
+    partitions: Sequence[Mapping[str, t.Any]],
+    nodeset_keys: Sequence[str],
+    variable: str = "handover_policy.partitions",
+) -> list[str]:
+    """Each partition the policy names that lent nodes cannot be in, with the fix.
+
+    A typo there would not be noticed otherwise: the reclaim would give that partition's jobs
+    the default grace and escalation. When no partition is known to hold the lendable NodeSets
+    (none found, or none lendable), every partition of the cluster counts.
+    """
+    every = sorted(str(partition.get("name")) for partition in partitions)
+    lendable = lendable_partitions(partitions, nodeset_keys)
+    allowed = lendable or every
+    if lendable:
+        where = (
+            f"a Slurm partition of the lendable NodeSets ({', '.join(sorted(nodeset_keys))}; "
+            f"theirs: {', '.join(lendable)})"
+        )
+    else:
+        where = f"a Slurm partition (the cluster's: {', '.join(every) or 'none'})"
+    refusals = []
+    for name in named:
+        if name in allowed:
+            continue
+        close = difflib.get_close_matches(name, allowed, n=1)
+        fix = f"did you mean {close[0]}?" if close else "name one of those, or leave it out"
+        refusals.append(f"{variable}.{name}: is not {where}; {fix}")
+    return refusals

@@ -288,9 +288,17 @@ def status_rows(
                 else None,
                 "slurm": "+".join(sorted(slurm.states - {""})) if slurm else "",
                 "jobs": [job.job_id for job in slurm.jobs] if slurm else [],
+                "admin_drain": journal.admin_drain or admin_drain_of(slurm),
             }
         )
     return rows
+
+
+def admin_drain_of(slurm: SlurmNodeView | None, reason_prefix: str = "hpcops:") -> str:
+    """The reason of a drain somebody else set on a Slurm node ("hw: ECC errors"), or ''."""
+    if slurm is None or "DRAIN" not in slurm.states or slurm.reason.startswith(reason_prefix):
+        return ""
+    return slurm.reason
 
 
 def lend_blocker(node: NodeView, app_pods: int, policy: Policy, now: float) -> str | None:

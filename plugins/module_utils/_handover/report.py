@@ -36,6 +36,9 @@ RESULTS = (
     HandoverResult.FAILED,
     HandoverResult.REFUSED,
     HandoverResult.SKIPPED,
+    # The Slurm records of deleted lent Nodes (orphans) a rebalance cleans.
+    HandoverResult.DRAINING,
+    HandoverResult.REMOVED,
 )
 PREFIX = "hpcops_slinky_handover_"
 
@@ -111,6 +114,7 @@ def run_summary(
     action: str = "",
     requested: Iterable[str] = (),
     warnings: Iterable[str] = (),
+    attention: Iterable[str] = (),
     trigger: t.Any = None,
 ) -> dict[str, t.Any]:
     """The summary of one run from what its tasks returned.
@@ -119,20 +123,27 @@ def run_summary(
     task did not run); lease is the lease module's result (None for a run without one);
     pool is handover_plan's `status` rows read after the run (None: the read failed, and
     the pool is unknown, not empty); action is lend, reclaim or rebalance, and requested
-    the nodes a lend or reclaim was asked for (named, or as its plan said); warnings are
-    what the report itself could not do (they do not make the run fail); trigger is what
+    the nodes a lend or reclaim was asked for (named, or as its plan said); warnings are the
+    run's own (what the report could not do), which come after each node's warnings and
+    never make the run fail; attention the plan's lines of what needs a clean-up or a
+    person (orphans, application pods on lent nodes), recorded with them; trigger is what
     started the run (`run_trigger`).
     """
     nodes: dict[str, list[str]] = {result: [] for result in RESULTS}
     final: dict[str, str] = {}  # node -> where it ended, as its last handover said
     messages: dict[str, str] = {}
     reclaim_seconds: dict[str, float] = {}
+    node_warnings: list[str] = []
+    admin_drains: dict[str, str] = {}
     for result in handovers:
         for entry in (result or {}).get("nodes") or []:
             node = str(entry.get("node", ""))
             outcome = str(entry.get("result", ""))
             steps = entry.get("steps") or []
             final[node] = outcome
+            node_warnings += [f"{node}: {warning}" for warning in entry.get("warnings") or []]
+            if entry.get("admin_drain"):
+                admin_drains[node] = str(entry["admin_drain"])
             # Count what this run did, not nodes that already were where they ended.
             if outcome == HandoverResult.FREE and Step.FREE in steps:
                 outcome = RETURNED
@@ -181,7 +192,17 @@ def run_summary(
         "lease_holder": holder,
         "success": not errors,
         "errors": errors,
-        "warnings": [str(warning) for warning in warnings if warning],
+        "warnings": list(
+            dict.fromkeys(
+                [
+                    *node_warnings,
+                    *(str(line) for line in attention if line),
+                    *(str(warning) for warning in warnings if warning),
+                ]
+            )
+        ),
+        # Nodes somebody else drained in Slurm while lent: node -> the reason they gave.
+        "admin_drains": dict(sorted(admin_drains.items())),
         **{result: sorted(found) for result, found in nodes.items()},
         "blocked_reasons": {node: messages[node] for node in nodes["blocked"] if node in messages},
         "reclaim_seconds": dict(sorted(reclaim_seconds.items())),
@@ -211,6 +232,11 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
         f"{len(summary[result])} {result.replace('_', ' ')}"
         for result in ("lent", "returned", "blocked", "rolled_back", "failed", "refused")
         if summary[result]
+    ]
+    parts += [
+        f"{len(summary[result])} orphaned Slurm node(s) {result}"
+        for result in (HandoverResult.DRAINING, HandoverResult.REMOVED)
+        if summary.get(result)
     ]
     if summary["reclaim_seconds"]:
         parts.append(f"slowest reclaim {max(summary['reclaim_seconds'].values()):.1f} s")

@@ -21,6 +21,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     UNDER_WAY,
     EscalationPolicy,
     Journal,
+    JournalState,
     Policy,
     matches,
 )
@@ -80,6 +81,7 @@ def journal_text(journal: Journal) -> str:
         "deadline": journal.deadline,
         "last_reclaim": journal.last_reclaim,
         "idle_since": journal.idle_since,
+        "admin_drain": journal.admin_drain,
     }
     kept = {key: value for key, value in data.items() if value not in (None, "")}
     return json.dumps(kept, sort_keys=True, separators=(",", ":"))
@@ -94,7 +96,8 @@ def transition(
     reason: str = "",
     deadline: float | None = None,
 ) -> Journal:
-    """The journal after a transition; what outlives one handover (last reclaim) is kept."""
+    """The journal after a transition; what outlives one handover (last reclaim, an admin's
+    drain until the node is lent again) is kept."""
     return Journal(
         state=state,
         op=op,
@@ -105,6 +108,7 @@ def transition(
         last_reclaim=previous.last_reclaim,
         # A free node that is lent or reclaimed starts its idle time again when it is free.
         idle_since=None,
+        admin_drain="" if state == JournalState.LENDING else previous.admin_drain,
     )
 
 
@@ -127,6 +131,7 @@ def node_patch(
     journal: Journal | None = None,
     taint: bool | None = None,
     label: bool | None = None,
+    cordon: bool | None = None,
 ) -> JSON:
     """One merge patch for a transition, with the resourceVersion it was computed from.
 
@@ -147,6 +152,8 @@ def node_patch(
             if not (t_.get("key") == markers.taint_key and t_.get("effect") == markers.taint_effect)
         ]
         patch["spec"] = {"taints": [*others, markers.taint] if taint else others}
+    if cordon is not None:
+        patch.setdefault("spec", {})["unschedulable"] = cordon
     return patch
 
 

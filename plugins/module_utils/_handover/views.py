@@ -65,6 +65,7 @@ class SlurmNodeView:
     # Slinky gives each slurmd its NodeSet's name as a feature: how a lent node is told
     # from the nodes of other NodeSets once its Kubernetes Node is gone.
     features: frozenset[str] = frozenset()
+    reason: str = ""  # of a drain or DOWN
 
     @property
     def kept_from_jobs(self) -> bool:
@@ -161,6 +162,7 @@ def slurm_node_views(
             frozenset(
                 map(str, [*(node.get("features") or []), *(node.get("active_features") or [])])
             ),
+            str(node.get("reason") or ""),
         )
         for node in nodes
     }

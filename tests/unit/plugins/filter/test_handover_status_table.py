@@ -36,6 +36,15 @@ def test_rows_and_table_per_pool_node() -> None:
             journal=Journal("reclaiming", "op1", since=NOW - 30, deadline=NOW + 270),
         ),
         NodeView("gpu01", {"pool": "interactive", "never-touch": "true"}, unschedulable=True),
+        # Drained by an admin while lent, then given back cordoned: the journal keeps why.
+        NodeView(
+            "int03",
+            {"pool": "interactive"},
+            unschedulable=True,
+            journal=Journal("free", "op3", since=NOW - 60, admin_drain="hw: ECC errors"),
+        ),
+        # Drained by an admin now, still lent: Slurm says why.
+        NodeView("int04", {"pool": "interactive"}, journal=Journal("lent", "op4", since=NOW - 90)),
         NodeView("svc01", {"pool": "services"}),
     ]
     pods = [
@@ -45,18 +54,27 @@ def test_rows_and_table_per_pool_node() -> None:
     slurm = {
         "int01": SlurmNodeView("int01", frozenset({"MIXED", "DRAIN"}), (JobView(7, "backfill"),)),
         "int02": SlurmNodeView("int02", frozenset({"IDLE"})),
+        "int04": SlurmNodeView("int04", frozenset({"IDLE", "DRAIN"}), reason="hw: DIMM B2"),
     }
     rows = status_rows(nodes, pods, slurm, POLICY, NOW)
-    assert [row["node"] for row in rows] == ["gpu01", "int01", "int02"]  # svc01: not the pool
+    assert [row["node"] for row in rows] == ["gpu01", "int01", "int02", "int03", "int04"]
     by_name = {row["node"]: row for row in rows}
     assert by_name["int02"]["lent_for_s"] == 7500 and by_name["int02"]["app_pods"] == 0
     assert by_name["int01"]["deadline_in_s"] == 270 and by_name["int01"]["jobs"] == [7]
     assert by_name["gpu01"]["never_touch"] and by_name["gpu01"]["app_pods"] == 1
+    # Our own drain (int01: none, DRAIN without a reason here) is no admin's.
+    assert [by_name[name]["admin_drain"] for name in ("int01", "int03", "int04")] == [
+        "",
+        "hw: ECC errors",
+        "hw: DIMM B2",
+    ]
     assert handover_status_table(rows) == [
-        "NODE   K8S                         APPS  JOURNAL                     FOR    SLURM        JOBS  OP",
-        "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -",
-        "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1",
-        "int02  Ready                       0     lent                        2h05m  IDLE         0     op2",
+        "NODE   K8S                         APPS  JOURNAL                     FOR    SLURM        JOBS  OP   ADMIN DRAIN",
+        "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -    -",
+        "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1  -",
+        "int02  Ready                       0     lent                        2h05m  IDLE         0     op2  -",
+        "int03  Ready,cordoned              0     free                        1m     -            0     op3  hw: ECC errors",
+        "int04  Ready                       0     lent                        1m     DRAIN+IDLE   0     op4  hw: DIMM B2",
     ]
 
 

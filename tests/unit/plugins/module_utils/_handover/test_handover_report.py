@@ -250,3 +250,46 @@ def test_an_events_run_names_its_event_in_the_line() -> None:
         "; on demand: 2 unschedulable application pod(s): jupyterhub/nb-a, jupyterhub/nb-b"
     )
     assert "on " not in summary_line(summary(trigger="timer"))
+
+
+def test_every_node_warning_and_admin_drain_is_in_the_summary() -> None:
+    """What node_handover warned about is recorded, not only printed."""
+    drained = {
+        "nodes": [
+            {
+                "node": "int01",
+                "result": "free",
+                "steps": ["journal", "drain", "drained", "unlabel", "pod_gone", "free"],
+                "warnings": [
+                    "slurmrestd refused the connection; retrying in 1 s",
+                    "Slurm node int01 was drained by someone else (root): 'hw: ECC errors'; "
+                    "the drain stays, and the reclaim gives the node back cordoned",
+                ],
+                "admin_drain": "hw: ECC errors",
+            }
+        ]
+    }
+    got = summary(handovers=[drained], warnings=["the pool could not be read after the run: 502"])
+    assert got["admin_drains"] == {"int01": "hw: ECC errors"}
+    assert got["warnings"] == [
+        "int01: slurmrestd refused the connection; retrying in 1 s",
+        "int01: Slurm node int01 was drained by someone else (root): 'hw: ECC errors'; the "
+        "drain stays, and the reclaim gives the node back cordoned",
+        "the pool could not be read after the run: 502",
+    ]
+    assert "warnings: int01: slurmrestd refused" in summary_line(got)
+    assert summary()["admin_drains"] == {}
+
+
+def test_a_rebalance_that_cleans_an_orphan_says_so_and_records_its_attention_lines() -> None:
+    """Not "done: no change" when the run drained an orphaned Slurm node."""
+    orphans = {"nodes": [{"node": "int09", "result": "draining", "steps": ["drain"]}]}
+    attention = ["orphan int09: Slurm node of a deleted lent Node; drained, removed once idle"]
+    got = summary(
+        handovers=[orphans], action="rebalance", requested=[], pool=[], attention=attention
+    )
+    assert got["draining"] == ["int09"] and got["removed"] == []
+    assert got["warnings"] == attention
+    line = summary_line(got)
+    assert line.startswith("1 orphaned Slurm node(s) draining in 4.2 s"), line
+    assert "no change" not in line

@@ -210,6 +210,10 @@ WRONG_TYPES: dict[str, tuple[t.Any, str]] = {
         "handover_policy.default_grace_s: 'soon' is not a whole number; give seconds, for "
         "example 300",
     ),
+    "admin_drain": (
+        True,
+        "handover_policy.admin_drain: True is not a known choice; use one of cordon, return",
+    ),
 }
 
 WRONG_VALUES: dict[str, tuple[t.Any, str]] = {
@@ -265,6 +269,10 @@ WRONG_VALUES: dict[str, tuple[t.Any, str]] = {
         "requeue, cancel, wait",
     ),
     "default_grace_s": (-5, "handover_policy.default_grace_s: -5 is negative; give 0 or more"),
+    "admin_drain": (
+        "keep",
+        "handover_policy.admin_drain: 'keep' is not a known choice; use one of cordon, return",
+    ),
 }
 
 
@@ -645,6 +653,7 @@ GOOD: dict[str, list[t.Any]] = {
     ],
     "default_escalation": ["requeue", "wait", "cancel"],
     "default_grace_s": [300, "0"],
+    "admin_drain": ["cordon", "return"],
 }
 BAD: dict[str, list[t.Any]] = {
     "pool_selector": [{}, {"hpcops.io/pool": 1}, None, "pool"],
@@ -667,6 +676,7 @@ BAD: dict[str, list[t.Any]] = {
     ],
     "default_escalation": ["kill", 1, None],
     "default_grace_s": [-1, "x"],
+    "admin_drain": ["keep", "", None, 1],
 }
 
 
