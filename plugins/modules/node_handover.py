@@ -391,6 +391,7 @@ def main() -> None:
         slurm_for_workers(slurm, workers, params["poll_interval_s"], params["shared_reads_from"]),
         settings,
     )
+    handover.slurm.attach(slurm)
 
     def handle_node(name: str) -> Outcome:
         if marking:

@@ -23,6 +23,12 @@ JSON = dict[str, t.Any]
 
 # slurmrestd answers these when it, or slurmctld behind it, is briefly out of reach.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# A slurmrestd that accepts connections and does not answer is an outage too. It answers a
+# handover's reads in about a second, even for dozens of nodes on two loaded cores, so a
+# request not answered within this long is given up and noted like a refused connection.
+REQUEST_TIMEOUT_S = 10.0
+# And never less than this near a step's deadline: a request needs some time to be answered.
+SHORTEST_REQUEST_TIMEOUT_S = 2.0
 
 
 def transient(err: SlurmRestError) -> bool:
@@ -35,11 +41,12 @@ def transient(err: SlurmRestError) -> bool:
 class PatientSlurm:
     """The Slurm calls of the handover, riding out an outage until the step's deadline.
 
-    The client retries a request a few times (about 7 s); a reclaim with minutes of grace
-    left should not fail for an outage shorter than that grace.  Each worker thread names
-    the deadline of the step it is in (`until`); a call that meets an outage waits, with
-    backoff and a note each time, and tries again until that deadline, then fails with the
-    client's own error.
+    A reclaim with minutes of grace left should not fail for an outage shorter than that
+    grace.  Each worker thread names the deadline of the step it is in (`until`); a call that
+    meets an outage (a refused connection, a transient HTTP status, or no answer within
+    REQUEST_TIMEOUT_S) waits, with backoff and a note each time, and tries again until that
+    deadline, then fails with the client's own error.  `attach` makes a client send each
+    request once (the backoff and the notes are here) and wait no longer than the step allows.
     """
 
     def __init__(
@@ -56,6 +63,19 @@ class PatientSlurm:
         self.first_wait_s = first_wait_s
         self.longest_wait_s = longest_wait_s
         self._step = threading.local()
+
+    def attach(self, client: t.Any) -> None:
+        """Let this wrapper time and retry the requests of `client` (a SlurmRestClient)."""
+        client.connection.retries = 0
+        client.timeout_for = self.request_timeout
+
+    def request_timeout(self) -> float | None:
+        """How long this thread's request may wait for an answer; None outside a step."""
+        deadline: float | None = getattr(self._step, "deadline", None)
+        if deadline is None:
+            return None
+        left = deadline - self.clock()
+        return max(min(REQUEST_TIMEOUT_S, left), SHORTEST_REQUEST_TIMEOUT_S)
 
     def until(self, deadline: float, notes: list[str]) -> None:
         """This thread's calls wait out outages until `deadline`, noting each wait."""

@@ -461,6 +461,9 @@ class SlurmRestClient:
         self._token_expires: float = float("inf")
         self._api_version: str | None = None
         self._offered: list[str] | None = None
+        # Seconds the calling thread may wait for an answer, when it must not wait as long as
+        # connection.timeout (the handover's steps have deadlines: PatientSlurm); None: as long.
+        self.timeout_for: t.Callable[[], float | None] | None = None
 
     # -- authentication ---------------------------------------------------------------
 
@@ -528,6 +531,7 @@ class SlurmRestClient:
         attempt = 0
         renewed = False
         while True:
+            timeout = self._timeout()
             try:
                 response = self._open(
                     url,
@@ -536,7 +540,7 @@ class SlurmRestClient:
                     headers=self._headers(data is not None),
                     validate_certs=self.connection.validate_certs,
                     ca_path=self.connection.ca_path,
-                    timeout=self.connection.timeout,
+                    timeout=timeout,
                     follow_redirects="safe",
                 )
                 status = response.getcode()
@@ -560,12 +564,24 @@ class SlurmRestClient:
                     attempt += 1
                     continue
                 reason = getattr(err, "reason", err)
+                tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
+                if isinstance(reason, TimeoutError):
+                    raise SlurmConnectionError(
+                        f"slurmrestd at {self.connection.url} did not answer {method} {path} "
+                        f"within {timeout:g} s ({tries}); check that slurmrestd and slurmctld "
+                        "behind it run and are not overloaded",
+                        url=url,
+                    ) from None
                 raise SlurmConnectionError(
                     f"cannot reach slurmrestd at {self.connection.url} ({reason}) after "
-                    f"{attempt + 1} attempts; check url, that slurmrestd runs and listens "
+                    f"{tries}; check url, that slurmrestd runs and listens "
                     "there, and for https the CA (ca_path or validate_certs)",
                     url=url,
                 ) from None
+
+    def _timeout(self) -> float:
+        shorter = self.timeout_for() if self.timeout_for is not None else None
+        return self.connection.timeout if shorter is None else min(shorter, self.connection.timeout)
 
     def _delay(self, attempt: int, headers: t.Any) -> float:
         retry_after = headers.get("Retry-After") if headers is not None else None

@@ -6,6 +6,7 @@ real client with recorded answers; the clock is the test's."""
 
 from __future__ import annotations
 
+import typing as t
 from urllib.error import URLError
 
 import pytest
@@ -16,7 +17,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     PartitionPolicy,
     Policy,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.patient import PatientSlurm
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.patient import (
+    REQUEST_TIMEOUT_S,
+    PatientSlurm,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     Connection,
     SlurmAuthError,
@@ -132,3 +136,46 @@ def test_the_longest_grace_covers_every_partition_and_the_default() -> None:
         default_partition=PartitionPolicy(300),
     )
     assert longest_grace(policy) == 600
+
+
+def test_a_slurmrestd_that_does_not_answer_is_an_outage_noted_each_time() -> None:
+    """Hung (accepts, never answers): each request gives up after REQUEST_TIMEOUT_S, or what
+    is left of the step, and is noted and retried like a refused connection."""
+    fake, clock = FakeSlurmRestd("26.05"), Clock()
+    timeouts: list[float] = []
+
+    def opener(url: str, **kwargs: t.Any) -> t.Any:
+        timeouts.append(kwargs["timeout"])
+        try:
+            return fake(url, **kwargs)
+        except URLError:
+            clock.now += kwargs["timeout"]  # the wait for an answer that never came
+            raise
+
+    hung = URLError(TimeoutError("timed out"))
+    for _unanswered in range(2):
+        fake.fail("GET", f"/slurm/{VERSION}/node/cpu02", hung)
+    fake.replay(VERSION, "node_cpu02", "GET", "node/cpu02")
+    client = SlurmRestClient(
+        Connection(url="http://127.0.0.1:6820", token="a-token", api_version=VERSION),
+        opener=opener,
+        sleep=clock.sleep,
+    )
+    slurm = PatientSlurm(client, clock=clock, sleep=clock.sleep)
+    slurm.attach(client)
+    assert client.connection.retries == 0  # the patient layer retries, with its notes
+    notes: list[str] = []
+    slurm.until(clock.now + 30, notes)
+    assert slurm.node("cpu02")["name"] == "cpu02"  # type: ignore[index]
+    # 10 s each while the step has that long, then what is left (30 - 10 - 1 - 10 - 2).
+    assert timeouts[:2] == [REQUEST_TIMEOUT_S, REQUEST_TIMEOUT_S] and timeouts[-1] == 7.0
+    assert clock.slept == [1, 2]
+    assert len(notes) == 2
+    assert notes[0].startswith(
+        "slurmrestd at http://127.0.0.1:6820 did not answer GET /slurm/v0.0.44/node/cpu02 "
+        "within 10 s (1 attempt)"
+    )
+    # Near the deadline, never less than 2 s; outside a step, the connection's timeout.
+    slurm.until(clock.now + 0.5, notes)
+    assert slurm.request_timeout() == 2.0
+    assert PatientSlurm(client).request_timeout() is None

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import json
+import typing as t
 from email.message import Message
 from io import BytesIO
 from urllib.error import HTTPError, URLError
@@ -293,8 +294,38 @@ def test_connection_errors_are_retried_then_explained() -> None:
     fake.routes[("GET", "/openapi/v3")] = [URLError(TimeoutError("timed out"))]
     with pytest.raises(SlurmConnectionError) as err:
         client_for(fake, retries=1).ping()
+    assert str(err.value).startswith(
+        "slurmrestd at http://127.0.0.1:6820 did not answer GET /openapi/v3 within 30 s "
+        "(2 attempts); check that slurmrestd and slurmctld behind it run"
+    )
+    fake.routes[("GET", "/openapi/v3")] = [URLError(ConnectionRefusedError(111, "refused"))]
+    with pytest.raises(SlurmConnectionError) as err:
+        client_for(fake, retries=1).ping()
     assert "cannot reach slurmrestd at http://127.0.0.1:6820" in str(err.value)
     assert "after 2 attempts" in str(err.value)
+
+
+def test_a_thread_may_wait_less_than_the_connection_timeout() -> None:
+    """A handover step near its deadline asks for a shorter wait (PatientSlurm.attach)."""
+    seen: list[float] = []
+
+    def opener(url: str, **kwargs: t.Any) -> t.Any:
+        seen.append(kwargs["timeout"])
+        raise URLError(TimeoutError("timed out"))
+
+    client = SlurmRestClient(
+        Connection(url="http://127.0.0.1:6820", token="t", api_version="v0.0.45", retries=0),
+        opener=opener,
+    )
+    client.timeout_for = lambda: 4.0
+    with pytest.raises(
+        SlurmConnectionError, match=r"did not answer GET \S+ within 4 s \(1 attempt\)"
+    ):
+        client.ping()
+    client.timeout_for = lambda: None
+    with pytest.raises(SlurmConnectionError, match="within 30 s"):
+        client.ping()
+    assert seen == [4.0, 30.0]
 
 
 def test_errors_in_a_200_answer_are_raised() -> None:
