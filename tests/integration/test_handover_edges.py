@@ -96,7 +96,9 @@ def summary_of(path: Path) -> dict[str, t.Any]:
 class SwitchableProxy:
     """A TCP proxy on 127.0.0.1 in front of the lab's real slurmrestd. `down()` closes it
     and every connection through it (a client then gets "connection refused", as from a
-    slurmrestd that died); `up()` listens again on the same port."""
+    slurmrestd that died); `up()` listens again on the same port. `hang()` accepts new
+    connections and never answers them (a slurmrestd that is stopped or stuck), until
+    `unhang()`."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
@@ -108,6 +110,13 @@ class SwitchableProxy:
         self._server: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self.hanging = False
+
+    def hang(self) -> None:
+        self.hanging = True
+
+    def unhang(self) -> None:
+        self.hanging = False
 
     def up(self) -> None:
         server = socket.socket()
@@ -134,6 +143,10 @@ class SwitchableProxy:
                 client, _peer = server.accept()
             except OSError:
                 return  # closed by down()
+            if self.hanging:
+                with self._lock:
+                    self._open.add(client)  # held open, never read: closed by down()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=10)
             except OSError:
@@ -462,6 +475,42 @@ def test_a_reclaim_rides_out_a_slurmrestd_outage_within_its_grace(
     # It said each time it waited, and the job had its grace: it ran to its end.
     waits = [w for w in run.get("warnings", []) if "cannot reach slurmrestd" in w]
     assert waits and all("before this step's deadline" in w for w in waits), run.get("warnings")
+    assert pool.job(job_id)["job_state"] == ["COMPLETED"]
+    pool.assert_clean("int01")
+
+
+def test_a_hung_slurmrestd_is_noted_each_time_like_a_refused_one(
+    clean_pool: Pool, proxy: SwitchableProxy
+) -> None:
+    """Connections accepted and never answered: each request gives up after 10 s with a
+    warning and is tried again with backoff, instead of waiting 30 s at a time in silence."""
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    job_id = pool.submit("int01", 20)
+
+    def stuck() -> None:
+        time.sleep(3)
+        proxy.hang()
+        time.sleep(15)
+        proxy.unhang()
+
+    threading.Thread(target=stuck, daemon=True).start()
+    run = pool.handover(
+        "reclaim",
+        ["int01"],
+        url=f"http://{proxy.address}",
+        policy={
+            "pool_selector": {"hpcops.io/pool": "interactive"},
+            **POLICY,
+            "partitions": {"backfill": {"grace_s": 90, "escalation": "requeue"}},
+        },
+    )
+    assert not run.failed, run
+    assert run["nodes"][0]["result"] == "free"
+    waits = [w for w in run["nodes"][0]["warnings"] if "did not answer" in w]
+    assert waits, run["nodes"][0]["warnings"]
+    # Each request waited 10 s at most (the grace of 90 s leaves that long), once.
+    assert all("within 10 s (1 attempt); check" in w for w in waits), waits
     assert pool.job(job_id)["job_state"] == ["COMPLETED"]
     pool.assert_clean("int01")
 
