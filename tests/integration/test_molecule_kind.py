@@ -80,7 +80,9 @@ def local_images(docker_engine: SessionEngine) -> dict[str, str]:
 
 
 # What the scenarios' log says that is worth a line in the test report.
-REPORTED = re.compile(r"job \d+ on .*memory|\.yml.*: rc \d+ in |slurmd pods while|PASSED|FAILED")
+REPORTED = re.compile(
+    r"job \d+ on .*memory|\.yml.*: rc \d+ in |slurmd pods while|slurmd pod gone|PASSED|FAILED"
+)
 # In the order molecule runs them: the default scenario first, as a plain `molecule test`.
 SCENARIOS = ("default", "handover")
 

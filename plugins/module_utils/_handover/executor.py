@@ -65,6 +65,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import S
 JSON = dict[str, t.Any]
 
 DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
+# After an escalation: slurmd's SIGTERM, then the kubelet's SIGKILL for what still runs.
+ESCALATED_POD_GRACE_S = 1
 CONFLICT_RETRIES = 5
 
 
@@ -598,12 +600,12 @@ class Handover:
         # pod goes now: the operator would delete it too, but only after its next look at
         # Slurm (2 to 7 s in kind). A pod it re-creates from a view that still has the label
         # cannot be bound: its node selector wants the label the scheduler no longer sees.
-        # Right after a DOWN escalation the job's processes still run in the container
-        # (Slurm does not signal a DOWN node), and slurmd given SIGTERM then may hold its pod
-        # for the whole termination grace (measured in kind): the operator's pace first.
-        if Step.ESCALATE in outcome.steps:
-            self._wait(slurmd_gone, self.settings.pod_timeout_s)
-        grace_s = self._delete_slurmd_pods(name)
+        # After an escalation the jobs are requeued or cancelled in slurmctld, but Slurm
+        # signals no process on a DOWN node: they ran on in the container, and slurmd given
+        # SIGTERM held its pod for the whole termination grace (30 s, measured in kind). Those
+        # processes belong to no job any more: the pod goes at once, theirs with it.
+        escalated = Step.ESCALATE in outcome.steps
+        grace_s = self._delete_slurmd_pods(name, ESCALATED_POD_GRACE_S if escalated else None)
         if not self._wait(slurmd_gone, grace_s + self.settings.pod_timeout_s):
             raise StepFailed(
                 f"the slurmd pod on {name} is still there {grace_s + self.settings.pod_timeout_s:g} s "
@@ -622,19 +624,24 @@ class Handover:
         self._set_free(name, outcome, "", reclaimed=True)
         outcome.result = HandoverResult.FREE
 
-    def _delete_slurmd_pods(self, name: str) -> float:
-        """Delete the node's slurmd pods; the longest termination grace they have."""
+    def _delete_slurmd_pods(self, name: str, grace_period_s: int | None = None) -> float:
+        """Delete the node's slurmd pods, with their own termination grace or the one given
+        (which also shortens the grace of a pod already terminating); the longest grace."""
         grace_s = 0.0
         for pod in self.kube.pods_on(name):
             if not is_slurmd_pod(pod):
                 continue
             spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds")
-            grace_s = max(grace_s, float(DEFAULT_POD_GRACE_S if spec_grace is None else spec_grace))
-            if pod["metadata"].get("deletionTimestamp"):
-                continue  # on its way already
+            own_s = float(DEFAULT_POD_GRACE_S if spec_grace is None else spec_grace)
+            if grace_period_s is None:
+                grace_s = max(grace_s, own_s)
+                if pod["metadata"].get("deletionTimestamp"):
+                    continue  # on its way already
+            else:
+                grace_s = max(grace_s, float(min(grace_period_s, own_s)))
             # Changed meanwhile: the operator is at it too; the wait sees the pod go.
             with contextlib.suppress(Conflict):
-                self.kube.delete_pod(pod)
+                self.kube.delete_pod(pod, grace_period_s)
         return grace_s
 
     def _set_free(self, name: str, outcome: Outcome, reason: str, *, reclaimed: bool) -> None:

@@ -54,10 +54,19 @@ class KubernetesCalls:
     def pods_on(self, name: str) -> list[JSON]:
         return list_objects(self.client, "v1", "Pod", field_selector=f"spec.nodeName={name}")
 
-    def delete_pod(self, pod: Mapping[str, t.Any]) -> None:
+    def delete_pod(self, pod: Mapping[str, t.Any], grace_period_s: int | None = None) -> None:
+        """Delete the pod as read; with a grace period, that pod in whatever version (a
+        terminating pod changes as it goes, and its grace is what is being shortened)."""
         meta = pod["metadata"]
         delete_object(
-            self.client, "v1", "Pod", meta["name"], meta["namespace"], meta["resourceVersion"]
+            self.client,
+            "v1",
+            "Pod",
+            meta["name"],
+            meta["namespace"],
+            meta["resourceVersion"],
+            grace_period_s,
+            uid=meta.get("uid", "") if grace_period_s is not None else "",
         )
 
     def event(self, body: JSON) -> None:

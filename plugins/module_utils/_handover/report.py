@@ -133,6 +133,7 @@ def run_summary(
     final: dict[str, str] = {}  # node -> where it ended, as its last handover said
     messages: dict[str, str] = {}
     reclaim_seconds: dict[str, float] = {}
+    reclaim_timelines: dict[str, dict[str, float]] = {}
     node_warnings: list[str] = []
     admin_drains: dict[str, str] = {}
     for result in handovers:
@@ -160,6 +161,7 @@ def run_summary(
                 messages[node] = str(entry["message"])
             if outcome == RETURNED and entry.get("seconds") is not None:
                 reclaim_seconds[node] = float(entry["seconds"])
+                reclaim_timelines[node] = dict(entry.get("timeline") or {})
     errors = [str(error) for error in errors if error]
     errors += [f"{node}: {messages[node]}" for node in nodes["failed"] + nodes["refused"]]
     acted = lease is None or bool(lease.get("acquired"))
@@ -206,6 +208,8 @@ def run_summary(
         **{result: sorted(found) for result, found in nodes.items()},
         "blocked_reasons": {node: messages[node] for node in nodes["blocked"] if node in messages},
         "reclaim_seconds": dict(sorted(reclaim_seconds.items())),
+        # Per returned node, when each step ended (seconds after its reclaim began).
+        "reclaim_timelines": dict(sorted(reclaim_timelines.items())),
         "pool_nodes": len(pool_rows) if pool_rows is not None else None,
         "pool": states,
     }

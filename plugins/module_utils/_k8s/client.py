@@ -133,9 +133,16 @@ def delete_object(
     name: str,
     namespace: str | None,
     resource_version: str,
+    grace_period_s: int | None = None,
+    uid: str = "",
 ) -> None:
-    """Delete an object only if it is still the version read; Conflict otherwise."""
-    options = {"preconditions": {"resourceVersion": resource_version}}
+    """Delete an object only if it is still the version read (or, given its uid, the same
+    object in any version); Conflict otherwise. A grace period (pods) replaces the object's
+    own, also one that is already terminating."""
+    precondition = {"uid": uid} if uid else {"resourceVersion": resource_version}
+    options: dict[str, t.Any] = {"preconditions": precondition}
+    if grace_period_s is not None:
+        options["gracePeriodSeconds"] = grace_period_s
     try:
         resource = client.resource(kind, api_version)
         client.delete(resource, name=name, namespace=namespace, body=options)
