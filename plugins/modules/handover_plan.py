@@ -225,7 +225,7 @@ def main() -> None:
     decided = plan(nodes, pods, slurm_nodes, policy, now)
     result.update(decided.as_dict())
     result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
-    orphaned = orphans(nodes, slurm_nodes, features)
+    orphaned = orphans(nodes, slurm_nodes, features, pods)
     apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
     result["orphans"] = [orphan.as_dict() for orphan in orphaned]
     result["apps_on_lent_nodes"] = apps_on_lent

@@ -666,6 +666,52 @@ def test_a_lent_node_that_was_deleted_is_reported_then_its_slurm_node_cleaned(
     )
 
 
+def test_a_record_left_when_the_node_came_back_is_cleaned_and_its_job_escalated(
+    clean_pool: Pool, tmp_path: Path
+) -> None:
+    """The lent Node goes and comes back (free, no slurmd) before its Slurm record was
+    removed: the record, with a job slurmctld still counts as running, is an orphan too.
+    Drained first; once the partition's grace has passed its job is requeued (the
+    partition's escalation), not left to slurmctld's timeouts, and the record removed."""
+    pool = clean_pool
+    assert not pool.handover("lend", ["int01"]).failed
+    job_id = pool.submit("int01", 600)
+    try:
+        status, body = pool.lab.request("DELETE", "/api/v1/nodes/int01")
+        assert status == 200, body
+        wait_until(lambda: not pool.slurmd_pods("int01"), 180, "the slurmd pod to be collected")
+    finally:
+        restore_node(pool, "int01")
+    assert pool.journal("int01")["state"] == "free"  # a new Node: no journal
+    assert "RUNNING" in pool.job(job_id)["job_state"]
+
+    run = pool.playbook("status")
+    assert not run.failed, run.failures()
+    assert "orphaned Slurm node int01: its Kubernetes Node came back" in run.output
+
+    # No lend meanwhile (max_lent 0): only the orphan is at stake.
+    policy = {
+        **POLICY,
+        "max_lent": 0,
+        "partitions": {"backfill": {"grace_s": 5, "escalation": "requeue"}},
+    }
+    summary = tmp_path / "summary.json"
+    run = pool.playbook("rebalance", handover_policy=policy, handover_summary_path=str(summary))
+    assert not run.failed, run.failures()
+    assert summary_of(summary)["nodes"]["int01"] == "draining"
+    assert summary_of(summary)["draining"] == ["int01"]
+    slurm_node = pool.slurm_node("int01")
+    assert slurm_node is not None and "DRAIN" in slurm_node["state"]
+    time.sleep(5)  # the partition's grace, from the drain
+    run = pool.playbook("rebalance", handover_policy=policy, handover_summary_path=str(summary))
+    assert not run.failed, run.failures()
+    assert summary_of(summary)["nodes"]["int01"] == "removed"
+    assert pool.slurm_node("int01") is None
+    record = pool.job(job_id)
+    assert "PENDING" in record["job_state"] and record["restart_cnt"] >= 1, record["job_state"]
+    assert "orphaned Slurm node" not in pool.playbook("status").output
+
+
 def test_an_application_pod_on_a_lent_node_is_reported_with_what_to_do(clean_pool: Pool) -> None:
     pool = clean_pool
     assert not pool.handover("lend", ["int01"]).failed

@@ -230,9 +230,17 @@ class Handover:
         outcome.changed = True
 
     def _clean_orphan(self, outcome: Outcome) -> None:
+        """A Slurm node of a lendable NodeSet no lent node stands for (handover_plan's
+        orphans): drained, its jobs given their partition's grace from then and its
+        escalation after, and its record removed once nothing runs there."""
         name = outcome.node
-        if self.kube.node(name) is not None:
-            raise Skipped("it has a Kubernetes Node again: the handover owns it")
+        node = self.kube.node(name)
+        if node is not None:
+            # A Node that came back is the handover's again once it is lent (or on its way).
+            if journal_of(node, self.markers).state != JournalState.FREE:
+                raise Skipped("it is lent, or on its way there or back: the handover owns it")
+            if any(is_slurmd_pod(pod) for pod in self.kube.pods_on(name)):
+                raise Skipped("slurmd runs on its Kubernetes Node again")
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         slurm_node = self.slurm.node(name)
         if slurm_node is None:
@@ -243,26 +251,35 @@ class Handover:
             return
         held = "DRAIN" in slurm_node["state_flags"] or slurm_node["state"] == "DOWN"
         if not held:
+            why = "its Kubernetes Node is gone" if node is None else "no lent Node stands for it"
             self.slurm.update_node(
-                name,
-                {
-                    "state": ["DRAIN"],
-                    "reason": f"{self.markers.reason_prefix} orphan: its Kubernetes Node is gone",
-                },
+                name, {"state": ["DRAIN"], "reason": f"{self.markers.reason_prefix} orphan: {why}"}
             )
             outcome.steps.append(Step.DRAIN)
             outcome.changed = True
             slurm_node = self.slurm.node(name)
-        if not slurm_drained(slurm_node):
-            outcome.result = HandoverResult.DRAINING
-            outcome.message = "drained; jobs still run, its record goes once they end"
-            return
+        if not slurm_drained(slurm_node) and slurm_node is not None:
+            # Jobs on a machine that is gone may never end: the grace counts from when the
+            # node was taken out of service (its reason's time), then the escalation applies.
+            since = slurm_node.get("reason_changed_at") or self.clock()
+            deadline = grace_deadline(slurm_node["partitions"], self.settings.policy, since)
+            if self.clock() < deadline:
+                outcome.result = HandoverResult.DRAINING
+                outcome.message = (
+                    f"drained; jobs still run, its record goes once they end (or meet their "
+                    f"partition's escalation in {deadline - self.clock():.0f} s)"
+                )
+                return
+            if not self._escalate(name, outcome):
+                outcome.result = HandoverResult.DRAINING
+                return
+            slurm_node = self.slurm.node(name)
         if slurm_node is not None:
             self.slurm.delete_node(name)
             outcome.steps.append(Step.REMOVE)
             outcome.changed = True
         outcome.result = HandoverResult.REMOVED
-        outcome.message = "record removed: no Kubernetes Node, no job"
+        outcome.message = "record removed: no lent Node stands for it, no job runs there"
 
     # -- lend ------------------------------------------------------------------------------
 

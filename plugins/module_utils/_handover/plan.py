@@ -227,6 +227,10 @@ def plan(
         left_alone += [Decision(n.name, "lent") for n in lent]
         for node in free:
             blocker = lend_blocker(node, busy.get(node.name, 0), policy, now)
+            if blocker is None and node.name in slurm_nodes:
+                # A record left from an earlier loan (the Node was deleted and came back):
+                # a new slurmd would register into it, drained. The rebalance cleans it first.
+                blocker = "its Slurm record from an earlier loan is still there (an orphan)"
             if blocker is None and len(lend) < room:
                 lend.append(
                     Decision(node.name, f"idle; {wanted_free} of {len(free_idle)} free idle kept")
@@ -335,7 +339,7 @@ class OrphanAction:
 
 @dataclass(frozen=True)
 class Orphan:
-    """A Slurm node of a lendable NodeSet whose Kubernetes Node is gone."""
+    """A Slurm node of a lendable NodeSet that no lent node stands for."""
 
     node: str
     action: str  # one of OrphanAction
@@ -349,29 +353,39 @@ def orphans(
     nodes: Sequence[NodeView],
     slurm_nodes: Mapping[str, SlurmNodeView],
     lendable_features: Iterable[str],
+    pods: Sequence[PodView] = (),
 ) -> list[Orphan]:
-    """Slurm nodes of the lendable NodeSets (by their feature) with no Kubernetes Node.
+    """Slurm nodes of the lendable NodeSets (by their feature) that no lent node stands for.
 
     A lent Node that was deleted (a machine retired, a cluster rebuilt) leaves its Slurm
-    node in the lendable partition, where jobs may still be placed. It is drained first
-    (jobs on it may finish), and its record removed once nothing runs there.
+    node in the lendable partition, where jobs may still be placed; so does one that came
+    back before that record was removed (a new Node: free in the journal, no slurmd). It is
+    drained first (jobs on it may finish, or meet the partition's escalation once its grace
+    has passed), and its record removed once nothing runs there.
     """
     features = frozenset(lendable_features)
-    known = {node.name for node in nodes}
+    journals = {node.name: node.journal.state for node in nodes}
+    with_slurmd = {pod.node for pod in pods if pod.slurmd}
     found = []
     for name in sorted(slurm_nodes):
         slurm = slurm_nodes[name]
-        if name in known or not slurm.features & features:
+        if not slurm.features & features:
             continue
+        if name not in journals:
+            where = "no Kubernetes Node"
+        elif journals[name] == JournalState.FREE and name not in with_slurmd:
+            where = "its Kubernetes Node came back, free in the journal and without slurmd"
+        else:
+            continue  # lent, or on its way there or back: the handover owns it
         state = "+".join(sorted(slurm.states - {""}))
         if not slurm.kept_from_jobs:
-            action, why = OrphanAction.DRAIN, f"no Kubernetes Node; {state} in Slurm: drain it"
+            action, why = OrphanAction.DRAIN, f"{where}; {state} in Slurm: drain it"
         elif slurm.busy:
             jobs = [job.job_id for job in slurm.jobs]
-            action, why = OrphanAction.WAIT, f"no Kubernetes Node; drained, jobs {jobs} still run"
+            action, why = OrphanAction.WAIT, f"{where}; drained, jobs {jobs} still run"
         else:
             action = OrphanAction.REMOVE
-            why = f"no Kubernetes Node; {state} and idle: remove its record"
+            why = f"{where}; {state} and idle: remove its record"
         found.append(Orphan(name, action, why))
     return found
 
@@ -405,7 +419,10 @@ def attention(orphaned: Sequence[Orphan], apps_on_lent: Sequence[Mapping[str, st
     """One line per orphan and per application pod on a lent node, with what to do."""
     todo = {
         OrphanAction.DRAIN: "rebalance.yml drains it, then removes its record once no job runs there",
-        OrphanAction.WAIT: "rebalance.yml removes its record once its jobs end",
+        OrphanAction.WAIT: (
+            "rebalance.yml removes its record once its jobs end, or meet their partition's "
+            "escalation when its grace has passed"
+        ),
         OrphanAction.REMOVE: "rebalance.yml removes its record",
     }
     lines = [

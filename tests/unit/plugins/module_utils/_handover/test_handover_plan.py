@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,8 +17,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     PolicyError,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import (
+    OrphanAction,
     Plan,
     demanded_nodes,
+    orphans,
     plan,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
@@ -80,6 +83,37 @@ def test_idle_nodes_beyond_headroom_are_lent() -> None:
     reasons = {d.node: d.reason for d in result.left_alone}
     assert reasons["int03"] == "runs 1 application pod(s)"
     assert "kept free" in reasons["int02"]
+
+
+def test_a_record_no_lent_node_stands_for_is_an_orphan_and_blocks_a_new_lend() -> None:
+    """int01's Node was deleted while lent and came back (free, no slurmd) before its Slurm
+    record was removed; int09's is gone for good; int02 is lent and int03 is lending."""
+    nodes = [node("int01"), node("int02", "lent"), node("int03", "lending"), node("int04")]
+    pods = [PodView("slurm", "slurmd-int02", node="int02", slurmd=True)]
+    stuck = SlurmNodeView(
+        "int01", frozenset({"ALLOCATED", "DRAIN", "NOT_RESPONDING"}), (JobView(7, "backfill"),)
+    )
+    slurm = {
+        "int01": dataclasses.replace(stuck, features=frozenset({"interactive"})),
+        "int02": SlurmNodeView("int02", features=frozenset({"interactive"})),
+        "int03": SlurmNodeView("int03", features=frozenset({"interactive"})),
+        "int09": SlurmNodeView("int09", frozenset({"IDLE"}), features=frozenset({"interactive"})),
+        "cpu01": SlurmNodeView("cpu01", features=frozenset({"hpc"})),
+    }
+    found = {o.node: o for o in orphans(nodes, slurm, ["interactive"], pods)}
+    assert sorted(found) == ["int01", "int09"]
+    assert found["int01"].action == OrphanAction.WAIT
+    assert found["int01"].reason.startswith("its Kubernetes Node came back, free in the journal")
+    assert found["int09"].action == OrphanAction.DRAIN
+    assert found["int09"].reason.startswith("no Kubernetes Node")
+    # With slurmd on it again, the Node stands for the record: no orphan.
+    back = [*pods, PodView("slurm", "slurmd-int01", node="int01", slurmd=True)]
+    assert "int01" not in {o.node for o in orphans(nodes, slurm, ["interactive"], back)}
+    # int01 is idle and free, but a lend would register a new slurmd into that record.
+    result = plan([node("int01"), node("int04"), node("int05")], [], slurm, POLICY, NOW)
+    assert names(result.lend) == ["int04", "int05"]
+    reasons = {d.node: d.reason for d in result.left_alone}
+    assert reasons["int01"] == "its Slurm record from an earlier loan is still there (an orphan)"
 
 
 def test_outside_pool_and_never_touch_are_left_alone() -> None:
