@@ -114,24 +114,32 @@ KIND_MODULE = "test_molecule_kind.py"
 # The Debian host containers of the bare-metal preflight: their roots are in the same
 # preparation, so they run last too, before the kind scenarios.
 LATE_MODULES = ("test_node_prep.py", KIND_MODULE)
-# Tests that need no Go build (the Slurm lab is Debian's Slurm in chroots) run first: on a
-# cold machine the Kubernetes lab's builds, which the preparation starts with, go on
-# meanwhile instead of holding up the first Kubernetes test.
+# Tests that need no Kubernetes lab: the Slurm lab (Debian's Slurm in chroots) and the charts
+# rendered with helm. `make test` runs them beside the Kubernetes lab's tests; in one
+# session they run first, so that on a cold machine the Kubernetes lab's builds, which the
+# preparation starts with, go on meanwhile instead of holding up the first Kubernetes test.
 EARLY_MODULES = (
     "test_slurm_lab.py",
     "test_slurm_bad_input.py",
     "test_slurm_modules.py",
     "test_role_values_golden.py",
+    "test_images_mirrored.py",
 )
 # The older Slinky line and the upgrade from it start the Kubernetes tests: they begin with a
-# fresh lab, and the modules after them reuse the upgraded site.
+# fresh lab, and the modules after them take the upgraded site over.
 FIRST_KUBERNETES_MODULES = ("test_k8s_lab.py", "test_slinky_upgrade.py")
 KIND_PREPARE_LOG = Path(__file__).resolve().parents[2] / ".kind" / "prepare.log"
 INTEGRATION_DIR = Path(__file__).resolve().parent
 
 
 # The phases of a `make test` run, in the order they run; pytest's summary gives each one's time.
-PHASES = ("unit tests", "Slurm lab", "Kubernetes lab (kwok)", "node_prep hosts", "kind scenarios")
+PHASES = (
+    "unit tests",
+    "Slurm lab, charts",
+    "Kubernetes lab (kwok)",
+    "node_prep hosts",
+    "kind scenarios",
+)
 # Their names for --phases: `make test` runs the Slurm lab and kind in a pytest process of
 # their own, beside the other phases (tests/run_suite.py).
 PHASE_NAMES = dict(zip(("units", "slurm", "kwok", "node-prep", "kind"), PHASES, strict=True))

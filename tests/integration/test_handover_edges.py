@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from handover_pool import JOURNAL, MERGE, POLICY, Pool
+from handover_pool import MERGE, POLICY, Pool
 from k8s_lab import NODES
 from slurm_pods import REST_ADDRESS
 from toolbox import wait_until
@@ -630,61 +630,32 @@ def restore_node(pool: Pool, name: str) -> None:
     )
 
 
-def test_a_lent_node_that_was_deleted_is_reported_then_its_slurm_node_cleaned(
+def test_a_deleted_lent_node_leaves_an_orphan_that_is_cleaned_and_its_job_escalated(
     clean_pool: Pool, tmp_path: Path
 ) -> None:
-    pool = clean_pool
-    assert not pool.handover("lend", ["int01"]).failed
-    pool.idle_slurm_node("int01")
-    try:
-        # The machine is retired while lent: its Node goes, the controller-manager's pod
-        # garbage collector removes the slurmd pod; the Slurm node stays in backfill.
-        status, body = pool.lab.request("DELETE", "/api/v1/nodes/int01")
-        assert status == 200, body
-        wait_until(lambda: not pool.slurmd_pods("int01"), 180, "the slurmd pod to be collected")
-        assert pool.slurm_node("int01") is not None
-
-        run = pool.playbook("status")
-        assert not run.failed, run.failures()
-        assert "orphaned Slurm node int01: no Kubernetes Node" in run.output
-        assert "rebalance.yml" in run.output
-
-        summary = tmp_path / "summary.json"
-        run = pool.playbook("rebalance", handover_summary_path=str(summary))
-        assert not run.failed, run.failures()
-        assert pool.slurm_node("int01") is None  # drained, idle, its record removed
-        assert summary_of(summary)["nodes"]["int01"] == "removed"
-        run = pool.playbook("status")
-        assert "orphaned Slurm node" not in run.output
-    finally:
-        restore_node(pool, "int01")
-    pool.lab.request(
-        "PATCH",
-        "/api/v1/nodes/int01",
-        {"metadata": {"annotations": {JOURNAL: None}}},
-        content_type=MERGE,
-    )
-
-
-def test_a_record_left_when_the_node_came_back_is_cleaned_and_its_job_escalated(
-    clean_pool: Pool, tmp_path: Path
-) -> None:
-    """The lent Node goes and comes back (free, no slurmd) before its Slurm record was
-    removed: the record, with a job slurmctld still counts as running, is an orphan too.
-    Drained first; once the partition's grace has passed its job is requeued (the
-    partition's escalation), not left to slurmctld's timeouts, and the record removed."""
+    """The lent Node goes (a machine retired) and comes back (a new Node: free, no slurmd)
+    before its Slurm record was removed. The record, with a job slurmctld still counts as
+    running, is an orphan either way: reported, drained, its job requeued once the
+    partition's grace has passed (not left to slurmctld's timeouts), its record removed."""
     pool = clean_pool
     assert not pool.handover("lend", ["int01"]).failed
     job_id = pool.submit("int01", 600)
     try:
         status, body = pool.lab.request("DELETE", "/api/v1/nodes/int01")
         assert status == 200, body
-        wait_until(lambda: not pool.slurmd_pods("int01"), 180, "the slurmd pod to be collected")
+        # Its pods go with the machine (the pod garbage collector would take a minute).
+        for pod in pool.slurmd_pods("int01"):
+            pool.lab.request("DELETE", f"/api/v1/namespaces/slurm/pods/{pod}?gracePeriodSeconds=0")
+        wait_until(lambda: not pool.slurmd_pods("int01"), 60, "the slurmd pod to go")
+        assert pool.slurm_node("int01") is not None
+        run = pool.playbook("status")
+        assert not run.failed, run.failures()
+        assert "orphaned Slurm node int01: no Kubernetes Node" in run.output
+        assert "rebalance.yml" in run.output
     finally:
         restore_node(pool, "int01")
     assert pool.journal("int01")["state"] == "free"  # a new Node: no journal
     assert "RUNNING" in pool.job(job_id)["job_state"]
-
     run = pool.playbook("status")
     assert not run.failed, run.failures()
     assert "orphaned Slurm node int01: its Kubernetes Node came back" in run.output
@@ -700,6 +671,7 @@ def test_a_record_left_when_the_node_came_back_is_cleaned_and_its_job_escalated(
     assert not run.failed, run.failures()
     assert summary_of(summary)["nodes"]["int01"] == "draining"
     assert summary_of(summary)["draining"] == ["int01"]
+    assert "1 orphaned Slurm node(s) draining" in run.output
     slurm_node = pool.slurm_node("int01")
     assert slurm_node is not None and "DRAIN" in slurm_node["state"]
     time.sleep(5)  # the partition's grace, from the drain
