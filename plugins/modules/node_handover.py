@@ -218,6 +218,24 @@ nodes:
     timeline:
       description: Seconds from the start of the node's handover to the end of each step.
       type: dict
+    warnings:
+      description: What the node's handover warned about (also printed as warnings).
+      type: list
+      elements: str
+    admin_drain:
+      description: >-
+        The reason of a drain somebody else set on the node's Slurm node while it was lent
+        (kept in its journal); empty when none.
+      type: str
+pool:
+  description:
+    - Each node of the pool (O(policy)'s C(pool_selector)) and its journal state, read after
+      the handover; what a run reports without reading the cluster again.
+    - Left out when no node was given, or when the Nodes could not be read.
+  returned: when nodes were handed over
+  type: list
+  elements: dict
+  sample: [{node: int01, journal: lent}, {node: int02, journal: free}]
 lent:
   description: Nodes lent (now or already).
   returned: always
@@ -235,6 +253,7 @@ blocked:
   elements: str
 """
 
+import contextlib
 import typing as t
 from concurrent.futures import ThreadPoolExecutor
 
@@ -249,13 +268,18 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     ACTIONS,
     HandoverAction,
     HandoverResult,
+    Policy,
     PolicyError,
+    matches,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     handover_module_argspec,
     policy_from_params,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
+    HandoverMarkers,
+    journal_of,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
     kubernetes_client,
@@ -403,6 +427,8 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         outcomes = list(pool.map(handle_node, nodes))
+    with contextlib.suppress(KubernetesError):  # the run's report then reads it itself
+        result["pool"] = pool_journals(kube, policy, markers)
 
     result["nodes"] = [outcome.as_dict() for outcome in outcomes]
     result["changed"] = any(outcome.changed for outcome in outcomes)
@@ -427,6 +453,17 @@ def main() -> None:
             msg="; ".join(f"{o.node}: {o.result}: {o.message}" for o in failed_or_refused), **result
         )
     module.exit_json(**result)
+
+
+def pool_journals(
+    kube: KubernetesCalls, policy: Policy, markers: HandoverMarkers
+) -> list[dict[str, str]]:
+    """Each pool node and its journal state, as handover_plan's status rows name them."""
+    return [
+        {"node": node["metadata"]["name"], "journal": journal_of(node, markers).state}
+        for node in sorted(kube.nodes(), key=lambda node: node["metadata"]["name"])
+        if matches(node["metadata"].get("labels") or {}, policy.pool_selector)
+    ]
 
 
 if __name__ == "__main__":

@@ -403,8 +403,7 @@ def test_a_policy_partition_the_cluster_lacks_is_refused_before_the_lease(
         extra,
         [
             "handover_policy.partitions.backfil: is not a Slurm partition of the lendable "
-            "NodeSets (interactive; theirs: ",
-            "did you mean backfill?",
+            "NodeSets (interactive, interactive-a100; theirs: backfill); did you mean backfill?",
         ],
     )
 

@@ -48,6 +48,9 @@ class KubernetesCalls:
     def node(self, name: str) -> JSON | None:
         return get_object(self.client, "v1", "Node", name)
 
+    def nodes(self) -> list[JSON]:
+        return list_objects(self.client, "v1", "Node")
+
     def patch_node(self, name: str, patch: JSON) -> JSON:
         return patch_object(self.client, "v1", "Node", name, patch)
 
