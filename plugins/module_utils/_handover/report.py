@@ -134,6 +134,7 @@ def run_summary(
     messages: dict[str, str] = {}
     reclaim_seconds: dict[str, float] = {}
     reclaim_timelines: dict[str, dict[str, float]] = {}
+    node_seconds: dict[str, float] = {}
     node_warnings: list[str] = []
     admin_drains: dict[str, str] = {}
     for result in handovers:
@@ -159,6 +160,8 @@ def run_summary(
                 HandoverResult.REFUSED,
             ):
                 messages[node] = str(entry["message"])
+            if entry.get("seconds") is not None:
+                node_seconds[node] = float(entry["seconds"])
             if outcome == RETURNED and entry.get("seconds") is not None:
                 reclaim_seconds[node] = float(entry["seconds"])
                 reclaim_timelines[node] = dict(entry.get("timeline") or {})
@@ -208,6 +211,8 @@ def run_summary(
         **{result: sorted(found) for result, found in nodes.items()},
         "blocked_reasons": {node: messages[node] for node in nodes["blocked"] if node in messages},
         "reclaim_seconds": dict(sorted(reclaim_seconds.items())),
+        # How long each node's handover in this run took, as node_handover measured it.
+        "node_seconds": dict(sorted(node_seconds.items())),
         # Per returned node, when each step ended (seconds after its reclaim began).
         "reclaim_timelines": dict(sorted(reclaim_timelines.items())),
         "pool_nodes": len(pool_rows) if pool_rows is not None else None,
