@@ -509,7 +509,7 @@ def test_a_hung_slurmrestd_is_noted_each_time_like_a_refused_one(
     waits = [w for w in run["nodes"][0]["warnings"] if "did not answer" in w]
     assert waits, run["nodes"][0]["warnings"]
     # Each request waited 10 s at most (the grace of 90 s leaves that long), once.
-    assert all("within 10 s (1 attempt); check" in w for w in waits), waits
+    assert all("within 10 s (1 attempt); trying again in" in w for w in waits), waits
     assert pool.job(job_id)["job_state"] == ["COMPLETED"]
     pool.assert_clean("int01")
 
