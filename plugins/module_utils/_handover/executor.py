@@ -490,7 +490,7 @@ class Handover:
             reason_prefix=self.markers.reason_prefix,
         )
         change = plan_node_change(slurm_name, slurm_node, request)
-        if change.foreign_reason:
+        if change.foreign_reason and self.markers.is_admin_reason(change.foreign_reason):
             set_by = str(slurm_node.get("reason_set_by_user") or "")
             self._keep_admin_drain(slurm_name, change.foreign_reason, set_by, outcome)
         if change.action == "update":

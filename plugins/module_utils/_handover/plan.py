@@ -41,6 +41,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     Policy,
     matches,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
     NodeView,
     PodView,
@@ -298,11 +299,11 @@ def status_rows(
     return rows
 
 
-def admin_drain_of(slurm: SlurmNodeView | None, reason_prefix: str = "hpcops:") -> str:
+def admin_drain_of(slurm: SlurmNodeView | None) -> str:
     """The reason of a drain somebody else set on a Slurm node ("hw: ECC errors"), or ''."""
-    if slurm is None or "DRAIN" not in slurm.states or slurm.reason.startswith(reason_prefix):
+    if slurm is None or "DRAIN" not in slurm.states:
         return ""
-    return slurm.reason
+    return slurm.reason if HandoverMarkers().is_admin_reason(slurm.reason) else ""
 
 
 def lend_blocker(node: NodeView, app_pods: int, policy: Policy, now: float) -> str | None:

@@ -48,6 +48,9 @@ class HandoverMarkers:
     taint_value: str = "slurm"
     taint_effect: str = "NoSchedule"
     reason_prefix: str = "hpcops:"
+    # The Slinky operator's own drains and DOWNs (a slurmd pod terminating or cordoned): its
+    # bookkeeping of the pod's life, not somebody taking the machine out of service.
+    operator_reason_prefix: str = "slurm-operator:"
     # Written on the lendable NodeSets to wake the operator (see KubernetesCalls.nudge_nodesets).
     nudge_annotation: str = "hpcops.io/handover-nudge"
 
@@ -60,6 +63,13 @@ class HandoverMarkers:
 
     def is_our_reason(self, reason: str) -> bool:
         return reason.startswith(self.reason_prefix)
+
+    def is_admin_reason(self, reason: str) -> bool:
+        """A drain reason somebody set to take the node out of service ("hw: ECC errors",
+        slurmctld's "Kill task failed"): neither ours nor the Slinky operator's."""
+        return bool(reason) and not reason.startswith(
+            (self.reason_prefix, self.operator_reason_prefix)
+        )
 
 
 # ---- the Node: journal, taint and label ---------------------------------------------------

@@ -53,8 +53,11 @@ def test_rows_and_table_per_pool_node() -> None:
     ]
     slurm = {
         "int01": SlurmNodeView("int01", frozenset({"MIXED", "DRAIN"}), (JobView(7, "backfill"),)),
-        "int02": SlurmNodeView("int02", frozenset({"IDLE"})),
         "int04": SlurmNodeView("int04", frozenset({"IDLE", "DRAIN"}), reason="hw: DIMM B2"),
+        # The Slinky operator's own drain while a slurmd pod terminates is no admin's.
+        "int02": SlurmNodeView(
+            "int02", frozenset({"IDLE", "DRAIN"}), reason="slurm-operator: Pod is terminating"
+        ),
     }
     rows = status_rows(nodes, pods, slurm, POLICY, NOW)
     assert [row["node"] for row in rows] == ["gpu01", "int01", "int02", "int03", "int04"]
@@ -63,7 +66,8 @@ def test_rows_and_table_per_pool_node() -> None:
     assert by_name["int01"]["deadline_in_s"] == 270 and by_name["int01"]["jobs"] == [7]
     assert by_name["gpu01"]["never_touch"] and by_name["gpu01"]["app_pods"] == 1
     # Our own drain (int01: none, DRAIN without a reason here) is no admin's.
-    assert [by_name[name]["admin_drain"] for name in ("int01", "int03", "int04")] == [
+    assert [by_name[name]["admin_drain"] for name in ("int01", "int02", "int03", "int04")] == [
+        "",
         "",
         "hw: ECC errors",
         "hw: DIMM B2",
@@ -72,7 +76,7 @@ def test_rows_and_table_per_pool_node() -> None:
         "NODE   K8S                         APPS  JOURNAL                     FOR    SLURM        JOBS  OP   ADMIN DRAIN",
         "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -    -",
         "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1  -",
-        "int02  Ready                       0     lent                        2h05m  IDLE         0     op2  -",
+        "int02  Ready                       0     lent                        2h05m  DRAIN+IDLE   0     op2  -",
         "int03  Ready,cordoned              0     free                        1m     -            0     op3  hw: ECC errors",
         "int04  Ready                       0     lent                        1m     DRAIN+IDLE   0     op4  hw: DIMM B2",
     ]
