@@ -83,9 +83,10 @@ options:
         default: 300
       admin_drain:
         description:
-          - What a reclaim does with a lent node that somebody else drained in Slurm (an
-            admin's C(hw: ECC errors)). Either way the reason is kept in the node's journal
-            (C(admin_drain)), in a Warning Event and in the run's warnings, and status shows it.
+          - What a reclaim does with a lent node that somebody else drained in Slurm, for
+            example an admin with the reason C(hw - ECC errors). Either way the reason is kept
+            in the node's journal (C(admin_drain)), in a Warning Event and in the run's
+            warnings, and status shows it.
           - V(cordon) gives the node back cordoned, so that no application lands on it before a
             person has looked; V(return) gives it back schedulable.
         type: str

@@ -81,7 +81,7 @@ EXAMPLES = r"""
 RETURN = r"""
 refusals:
   description:
-    - Each problem, as C(<setting>: <problem>; <fix>); empty when the run may go on.
+    - Each problem, as the setting, the problem and the fix; empty when the run may go on.
   returned: always
   type: list
   elements: str
