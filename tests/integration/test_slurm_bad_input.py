@@ -166,7 +166,7 @@ CASES: list[tuple[str, str, t.Callable[[t.Any, str], dict[str, t.Any]], str]] = 
         "a timeout",
         "hpcops.slinky.slurm_info",
         lambda lab, server: {"url": f"{server}/slow", "timeout": 1, "retries": 1},
-        "after 2 attempts",
+        "did not answer GET /openapi/v3 within 1 s (2 attempts)",
     ),
 ]
 
