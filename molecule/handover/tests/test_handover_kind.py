@@ -350,12 +350,16 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_pat
     assert run.rc == 0 and run.summary["returned"] == [first], succeeded(run)
     # The job ran until the partition's grace was over, then went back to the queue.
     assert run.seconds >= GRACE_S, f"reclaim took {run.seconds:.1f} s, grace {GRACE_S} s"
-    # At the deadline the node went DOWN (the escalation), and the slurmd pod went within
-    # seconds, the job's processes with it: not after its 30 s termination grace.
+    # At the deadline the node went DOWN (the escalation); once slurmctld had the job off
+    # it (drained), the slurmd pod went within seconds, the job's processes with it: not
+    # after its 30 s termination grace. How long slurmctld takes to requeue depends on load.
     steps = run.summary["reclaim_timelines"][first]
-    escalated_to_gone = steps["pod_gone"] - steps["escalate"]
-    print(f"reclaim of {first}: deadline (escalation) to slurmd pod gone {escalated_to_gone:.1f} s")
-    assert escalated_to_gone < 15, steps
+    print(
+        f"reclaim of {first}: deadline (escalation) to slurmd pod gone "
+        f"{steps['pod_gone'] - steps['escalate']:.1f} s, of which drained to pod gone "
+        f"{steps['pod_gone'] - steps['drained']:.1f} s"
+    )
+    assert steps["pod_gone"] - steps["drained"] < 15, steps
     record = job(job_id)
     assert "PENDING" in record["job_state"] and record["restart_cnt"] >= 1, record["job_state"]
     given_back(first, "notebook-1")
