@@ -43,10 +43,17 @@ class SessionEngine(DockerEngine):
         except OSError:
             return False
 
-    def join(self) -> None:
-        """Hold dockerd for this module, starting it when nobody runs it."""
+    def join(self, alone: bool = False) -> None:
+        """Hold dockerd for this module, starting it when nobody runs it; `alone`: no other
+        module uses it meanwhile (kind's destroy checks the host has nothing of docker left)."""
         RUN_DIR.mkdir(parents=True, exist_ok=True)
         self._users = USERS_LOCK.open("w")
+        if alone:
+            fcntl.flock(self._users, fcntl.LOCK_EX)
+            if not self.status()["answering"]:
+                self.up()
+                STARTED_BY_TESTS.write_text(f"{self.pid()}\n")
+            return
         while True:
             fcntl.flock(self._users, fcntl.LOCK_SH)
             if self.status()["answering"]:
@@ -84,10 +91,11 @@ class SessionEngine(DockerEngine):
 
 
 @pytest.fixture(scope="module")
-def docker_engine() -> Iterator[SessionEngine]:
+def docker_engine(request: pytest.FixtureRequest) -> Iterator[SessionEngine]:
+    """dockerd for the module; one that sets DOCKER_ALONE = True has it to itself."""
     engine = SessionEngine()
     try:
-        engine.join()
+        engine.join(alone=getattr(request.module, "DOCKER_ALONE", False))
     except LabError as err:
         engine.leave()
         pytest.fail(f"dockerd did not start: {err}", pytrace=False)

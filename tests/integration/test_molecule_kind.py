@@ -40,6 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 MOLECULE_TIMEOUT_S = 40 * 60
 
 pytest_plugins = ["docker_fixtures"]
+# The scenarios' destroy checks that nothing of docker is left on the host: node_prep's
+# containers (the other pytest process of `make test`) wait until the module is done.
+DOCKER_ALONE = True
 
 pytestmark = [
     pytest.mark.integration,
