@@ -48,6 +48,19 @@ PLAYBOOKS = REPO / "playbooks"
 TASK_TIME = re.compile(r"^(.+?) -{2,} (\d+\.\d+)s$")
 
 
+def command(playbook: str, extra: dict) -> list[str]:
+    """ansible-playbook on the lab's inventory with these extra variables."""
+    ansible = str(REPO / ".venv" / "bin" / "ansible-playbook")
+    return [
+        ansible,
+        "-i",
+        str(LAB_INVENTORY),
+        str(PLAYBOOKS / f"{playbook}.yml"),
+        "-e",
+        json.dumps(extra),
+    ]
+
+
 def run(playbook: str, nodes: list[str], summary: Path) -> tuple[float, dict, list]:
     """One playbook run: wall seconds, its summary, its tasks' times (slowest first)."""
     extra = {
@@ -63,18 +76,7 @@ def run(playbook: str, nodes: list[str], summary: Path) -> tuple[float, dict, li
     )
     started = time.monotonic()
     proc = subprocess.run(
-        [
-            str(REPO / ".venv" / "bin" / "ansible-playbook"),
-            "-i",
-            str(LAB_INVENTORY),
-            str(PLAYBOOKS / f"{playbook}.yml"),
-            "-e",
-            json.dumps(extra),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        command(playbook, extra), env=env, capture_output=True, text=True, check=False
     )
     wall = time.monotonic() - started
     if proc.returncode != 0:
@@ -126,20 +128,9 @@ def main() -> int:
                         )
         finally:
             # Whatever a failed trial left lent goes back before its Node goes.
+            policy = {**POLICY, "pool_selector": {BENCH_LABEL: "true"}}
             subprocess.run(
-                [
-                    str(REPO / ".venv" / "bin" / "ansible-playbook"),
-                    "-i",
-                    str(LAB_INVENTORY),
-                    str(PLAYBOOKS / "reclaim.yml"),
-                    "-e",
-                    json.dumps(
-                        {
-                            "handover_nodes": bench.names,
-                            "handover_policy": {**POLICY, "pool_selector": {BENCH_LABEL: "true"}},
-                        }
-                    ),
-                ],
+                command("reclaim", {"handover_nodes": bench.names, "handover_policy": policy}),
                 env=ansible_env(),
                 capture_output=True,
                 check=False,

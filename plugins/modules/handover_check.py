@@ -97,8 +97,7 @@ lendable_partitions:
 """
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
-    lendable_nodesets,
-    nodeset_feature,
+    lendable_nodeset_keys,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import PolicyError
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
@@ -144,13 +143,7 @@ def main() -> None:
     try:
         client = kubernetes_client(params["kubeconfig"], params["context"])
         found = {name: get_object(client, "v1", "Node", name) for name in params["nodes"]}
-        ((label, value),) = params["lend_label"].items()
-        keys = [
-            nodeset_feature(nodeset)
-            for nodeset in lendable_nodesets(
-                client, str(label), str(value), params["nodeset_namespace"]
-            )
-        ]
+        keys = lendable_nodeset_keys(client, params["lend_label"], params["nodeset_namespace"])
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
     markers = HandoverMarkers(journal_annotation=params["journal_annotation"])

@@ -155,8 +155,7 @@ import time
 import typing as t
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
-    lendable_nodesets,
-    nodeset_feature,
+    lendable_nodeset_keys,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import PolicyError
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
@@ -209,13 +208,9 @@ def main() -> None:
             for obj in list_objects(client, "v1", "Node")
         ]
         pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
-        ((label, value),) = module.params["lend_label"].items()
-        features = [
-            nodeset_feature(nodeset)
-            for nodeset in lendable_nodesets(
-                client, str(label), str(value), module.params["nodeset_namespace"]
-            )
-        ]
+        features = lendable_nodeset_keys(
+            client, module.params["lend_label"], module.params["nodeset_namespace"]
+        )
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
     slurm = slurm_client(module, cluster_token_source(client, module.params))

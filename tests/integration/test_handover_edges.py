@@ -442,6 +442,20 @@ def test_node_handover_refuses_for_reclaim_what_it_refuses_for_lend(clean_pool: 
 # -- outages and tokens ------------------------------------------------------------------
 
 
+def reclaim_through(pool: Pool, proxy: SwitchableProxy) -> t.Any:
+    """Reclaim int01 through the proxy, with 90 s of grace to ride its outages out."""
+    return pool.handover(
+        "reclaim",
+        ["int01"],
+        url=f"http://{proxy.address}",
+        policy={
+            "pool_selector": {"hpcops.io/pool": "interactive"},
+            **POLICY,
+            "partitions": {"backfill": {"grace_s": 90, "escalation": "requeue"}},
+        },
+    )
+
+
 def test_a_reclaim_rides_out_a_slurmrestd_outage_within_its_grace(
     clean_pool: Pool, proxy: SwitchableProxy
 ) -> None:
@@ -458,16 +472,7 @@ def test_a_reclaim_rides_out_a_slurmrestd_outage_within_its_grace(
 
     threading.Thread(target=outage, daemon=True).start()
     started = time.monotonic()
-    run = pool.handover(
-        "reclaim",
-        ["int01"],
-        url=f"http://{proxy.address}",
-        policy={
-            "pool_selector": {"hpcops.io/pool": "interactive"},
-            **POLICY,
-            "partitions": {"backfill": {"grace_s": 90, "escalation": "requeue"}},
-        },
-    )
+    run = reclaim_through(pool, proxy)
     assert not run.failed, run
     assert run["nodes"][0]["result"] == "free"
     assert time.monotonic() - started > outage_s
@@ -494,16 +499,7 @@ def test_a_hung_slurmrestd_is_noted_each_time_like_a_refused_one(
         proxy.unhang()
 
     threading.Thread(target=stuck, daemon=True).start()
-    run = pool.handover(
-        "reclaim",
-        ["int01"],
-        url=f"http://{proxy.address}",
-        policy={
-            "pool_selector": {"hpcops.io/pool": "interactive"},
-            **POLICY,
-            "partitions": {"backfill": {"grace_s": 90, "escalation": "requeue"}},
-        },
-    )
+    run = reclaim_through(pool, proxy)
     assert not run.failed, run
     assert run["nodes"][0]["result"] == "free"
     waits = [w for w in run["nodes"][0]["warnings"] if "did not answer" in w]

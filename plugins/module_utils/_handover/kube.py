@@ -111,6 +111,17 @@ def lendable_nodesets(
     ]
 
 
+def lendable_nodeset_keys(
+    client: t.Any, lend_label: Mapping[str, t.Any], namespace: str | None = None
+) -> list[str]:
+    """The Slurm feature (the NodeSet key) of each NodeSet that selects the lend label."""
+    ((label, value),) = lend_label.items()
+    return [
+        nodeset_feature(nodeset)
+        for nodeset in lendable_nodesets(client, str(label), str(value), namespace)
+    ]
+
+
 def nodeset_pod_spec(nodeset: Mapping[str, t.Any]) -> JSON:
     spec: JSON = ((nodeset.get("spec") or {}).get("template") or {}).get("spec") or {}
     return spec
