@@ -93,3 +93,69 @@ options:
         choices: [cordon, return]
         default: cordon
 """
+
+    # The options of the node work (module_utils/_handover/batch.py HANDOVER_WORK_SPEC),
+    # shared by node_handover and handover_run.
+    WORK = r"""
+options:
+  holder:
+    description: Who acts, as written in the journal and the Events (the Lease holder in a scheduled run).
+    type: str
+    default: hpcops.slinky
+  lent_taint:
+    description: The taint that keeps application pods off a lent node (the slurmd pods tolerate it).
+    type: dict
+    default: {}
+    suboptions:
+      key:
+        description: Taint key.
+        type: str
+        default: hpcops.io/lent
+      value:
+        description: Taint value.
+        type: str
+        default: slurm
+      effect:
+        description: Taint effect.
+        type: str
+        choices: [NoSchedule, NoExecute]
+        default: NoSchedule
+  reason_prefix:
+    description:
+      - Slurm drain reasons that start with it are ours. A drain set by somebody else is kept
+        and reported, never cleared.
+    type: str
+    default: "hpcops:"
+  lend_timeout_s:
+    description: Seconds to wait for slurmd to register before the lend is given up and rolled back.
+    type: float
+    default: 120
+  pod_timeout_s:
+    description:
+      - Seconds to wait for the slurmd pod to go once it is deleted, beyond its own
+        termination grace; for the operator to remove it first after an escalation; and for
+        jobs to leave after the escalation.
+    type: float
+    default: 30
+  poll_interval_s:
+    description: Seconds between two looks at Slurm or the pods while waiting.
+    type: float
+    default: 0.5
+  max_parallel:
+    description: Nodes handed over at once.
+    type: int
+    default: 8
+  shared_reads_from:
+    description:
+      - From this many nodes handed over at once, the workers share one read of all Slurm
+        nodes per O(poll_interval_s) instead of each reading its own node while it waits,
+        which keeps slurmrestd's load flat however many nodes move.
+      - Below it, each worker reads its own node (cheaper at a site of thousands of nodes).
+        V(0) never shares.
+    type: int
+    default: 4
+  event_namespace:
+    description: Namespace of the Events written on the Nodes.
+    type: str
+    default: default
+"""

@@ -96,23 +96,17 @@ lendable_partitions:
   sample: [all, backfill]
 """
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
-    lendable_nodeset_keys,
-)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import PolicyError
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     handover_module_argspec,
-    lendable_partitions,
     policy_from_params,
-    policy_partition_refusals,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
-    HandoverMarkers,
-    named_node_refusals,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reads import (
+    check_against_cluster,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
-    get_object,
     kubernetes_client,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
@@ -142,21 +136,25 @@ def main() -> None:
         )
     try:
         client = kubernetes_client(params["kubeconfig"], params["context"])
-        found = {name: get_object(client, "v1", "Node", name) for name in params["nodes"]}
-        keys = lendable_nodeset_keys(client, params["lend_label"], params["nodeset_namespace"])
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
-    markers = HandoverMarkers(journal_annotation=params["journal_annotation"])
-    refusals = named_node_refusals(params["nodes"], found, policy, markers)
-    named = params["partitions"]
-    if named is None:
-        named = list(policy.partitions)
     slurm = slurm_client(module, cluster_token_source(client, params))
     with failing_cleanly(module, result):
-        partitions = slurm.partitions()
-    refusals += policy_partition_refusals(named, partitions, keys)
-    result["refusals"] = refusals
-    result["lendable_partitions"] = lendable_partitions(partitions, keys)
+        try:
+            result.update(
+                check_against_cluster(
+                    client,
+                    slurm,
+                    policy,
+                    HandoverMarkers(journal_annotation=params["journal_annotation"]),
+                    nodes=params["nodes"],
+                    partitions=params["partitions"],
+                    lend_label=params["lend_label"],
+                    nodeset_namespace=params["nodeset_namespace"],
+                )
+            )
+        except KubernetesError as err:
+            module.fail_json(msg=str(err), **result)
     module.exit_json(**result)
 
 

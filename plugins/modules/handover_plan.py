@@ -154,77 +154,58 @@ status:
 import time
 import typing as t
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
-    lendable_nodeset_keys,
-)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import PolicyError
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     handover_module_argspec,
     policy_from_params,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import (
-    application_pods_on_lent_nodes,
-    attention,
-    orphans,
-    plan,
-    status_rows,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
-    node_view,
-    pod_view,
-    slurm_node_views,
-)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reads import read_plan
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
     kubernetes_client,
-    list_objects,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     cluster_token_source,
     failing_cleanly,
     slurm_client,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import job_node_names
 
 
 def main() -> None:
     module = handover_module_argspec().create_ansible_module(supports_check_mode=True)
     result: dict[str, t.Any] = {"changed": False}
+    params = module.params
     try:
-        policy = policy_from_params(module.params["policy"])
+        policy = policy_from_params(params["policy"])
         policy.check()
-        if len(module.params["lend_label"]) != 1:
+        if len(params["lend_label"]) != 1:
             raise PolicyError(
                 "lend_label",
-                f"{module.params['lend_label']!r} is not one label",
+                f"{params['lend_label']!r} is not one label",
                 "give the one key and value the lendable NodeSets select",
             )
     except PolicyError as err:
         module.fail_json(msg=str(err), **result)
     try:
-        client = kubernetes_client(module.params["kubeconfig"], module.params["context"])
-        nodes = [
-            node_view(obj, module.params["journal_annotation"])
-            for obj in list_objects(client, "v1", "Node")
-        ]
-        pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
-        features = lendable_nodeset_keys(
-            client, module.params["lend_label"], module.params["nodeset_namespace"]
-        )
+        client = kubernetes_client(params["kubeconfig"], params["context"])
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
-    slurm = slurm_client(module, cluster_token_source(client, module.params))
+    slurm = slurm_client(module, cluster_token_source(client, params))
     with failing_cleanly(module, result):
-        slurm_nodes = slurm_node_views(slurm.nodes(), slurm.jobs(), job_node_names)
-    now = time.time()
-    decided = plan(nodes, pods, slurm_nodes, policy, now)
-    result.update(decided.as_dict())
-    result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
-    orphaned = orphans(nodes, slurm_nodes, features, pods)
-    apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
-    result["orphans"] = [orphan.as_dict() for orphan in orphaned]
-    result["apps_on_lent_nodes"] = apps_on_lent
-    result["attention"] = attention(orphaned, apps_on_lent)
+        try:
+            result.update(
+                read_plan(
+                    client,
+                    slurm,
+                    policy,
+                    journal_annotation=params["journal_annotation"],
+                    lend_label=params["lend_label"],
+                    nodeset_namespace=params["nodeset_namespace"],
+                    now=time.time(),
+                )
+            )
+        except KubernetesError as err:
+            module.fail_json(msg=str(err), **result)
     module.exit_json(**result)
 
 

@@ -111,68 +111,19 @@ waited_s:
   type: float
 """
 
-import time
 import typing as t
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
-    Conflict,
     KubernetesError,
-    delete_object,
-    get_object,
     kubernetes_argspec,
     kubernetes_client,
-    write_object,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.lease import (
-    LeaseAction,
-    decide,
-    lease_body,
+    LeaseRequest,
+    acquire_lease,
+    lease_attempt,
 )
-
-API_VERSION = "coordination.k8s.io/v1"
-
-
-def attempt(client: t.Any, params: dict[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
-    """One look at the Lease and the one write it calls for; KubernetesError on failure."""
-    result: dict[str, t.Any] = {"changed": False, "acquired": False}
-    try:
-        lease = get_object(client, API_VERSION, "Lease", params["name"], params["namespace"])
-        now = time.time()
-        decision = decide(lease, params["holder"], now, params["state"])
-        result.update(decision=decision.action, holder=decision.holder)
-        if decision.expires_in is not None:
-            result["expires_in"] = round(decision.expires_in, 1)
-        if decision.action in (LeaseAction.KEEP, LeaseAction.NONE):
-            result["acquired"] = decision.holder == params["holder"] != ""
-            return result
-        result["changed"] = True
-        result["acquired"] = decision.action != LeaseAction.RELEASE
-        if check_mode:
-            return result
-        if decision.action == LeaseAction.RELEASE and lease is not None:
-            delete_object(
-                client,
-                API_VERSION,
-                "Lease",
-                params["name"],
-                params["namespace"],
-                lease["metadata"]["resourceVersion"],
-            )
-        else:
-            body = lease_body(
-                params["name"],
-                params["namespace"],
-                params["holder"],
-                params["duration_s"],
-                now,
-                lease,
-            )
-            write_object(client, body, create=decision.action == LeaseAction.CREATE)
-    except Conflict as err:
-        # Another run wrote first: it holds the Lease, this one does nothing.
-        result.update(changed=False, acquired=False, decision=LeaseAction.KEEP, conflict=str(err))
-    return result
 
 
 def main() -> None:
@@ -202,20 +153,21 @@ def main() -> None:
         module.fail_json(msg=f"wait_s: {params['wait_s']:g} is negative; give 0 or more seconds")
     if params["poll_interval_s"] <= 0:
         module.fail_json(msg="poll_interval_s: must be above 0; give seconds, for example 2")
-    started = time.monotonic()
-    waiting = params["state"] == "acquired" and not module.check_mode
+    request = LeaseRequest(
+        params["name"], params["namespace"], params["holder"], params["duration_s"]
+    )
     result: dict[str, t.Any] = {"changed": False, "acquired": False}
     try:
         client = kubernetes_client(params["kubeconfig"], params["context"])
-        while True:
-            result = attempt(client, params, module.check_mode)
-            left = params["wait_s"] - (time.monotonic() - started)
-            if result["acquired"] or not waiting or left <= 0:
-                break
-            time.sleep(min(params["poll_interval_s"], left))
+        if params["state"] == "released":
+            result = lease_attempt(client, request, "released", module.check_mode)
+            result["waited_s"] = 0.0
+        else:
+            result = acquire_lease(
+                client, request, params["wait_s"], params["poll_interval_s"], module.check_mode
+            )
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
-    result["waited_s"] = round(time.monotonic() - started, 1) if waiting else 0.0
     module.exit_json(**result)
 
 

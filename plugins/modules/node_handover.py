@@ -36,6 +36,7 @@ description:
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.handover
+  - hpcops.slinky.handover.WORK
   - hpcops.slinky.slurmrestd
   - hpcops.slinky.slurmrestd.FROM_CLUSTER
   - hpcops.slinky.slurmrestd.ACTIONGROUP
@@ -58,10 +59,6 @@ options:
     description: Node name to the time it was first seen idle (or null, busy again), for O(action=mark_idle).
     type: dict
     default: {}
-  holder:
-    description: Who acts, as written in the journal and the Events (the Lease holder in a scheduled run).
-    type: str
-    default: hpcops.slinky
   reason:
     description: Why, for the journal of a reclaim.
     type: str
@@ -70,62 +67,6 @@ options:
     description: The label (one key and value) the lendable NodeSet selects.
     type: dict
     default: {hpcops.io/slurm-lent: "true"}
-  lent_taint:
-    description: The taint that keeps application pods off a lent node (the slurmd pods tolerate it).
-    type: dict
-    default: {}
-    suboptions:
-      key:
-        description: Taint key.
-        type: str
-        default: hpcops.io/lent
-      value:
-        description: Taint value.
-        type: str
-        default: slurm
-      effect:
-        description: Taint effect.
-        type: str
-        choices: [NoSchedule, NoExecute]
-        default: NoSchedule
-  reason_prefix:
-    description:
-      - Slurm drain reasons that start with it are ours. A drain set by somebody else is kept
-        and reported, never cleared.
-    type: str
-    default: "hpcops:"
-  lend_timeout_s:
-    description: Seconds to wait for slurmd to register before the lend is given up and rolled back.
-    type: float
-    default: 120
-  pod_timeout_s:
-    description:
-      - Seconds to wait for the slurmd pod to go once it is deleted, beyond its own
-        termination grace; for the operator to remove it first after an escalation; and for
-        jobs to leave after the escalation.
-    type: float
-    default: 30
-  poll_interval_s:
-    description: Seconds between two looks at Slurm or the pods while waiting.
-    type: float
-    default: 0.5
-  max_parallel:
-    description: Nodes handed over at once.
-    type: int
-    default: 8
-  shared_reads_from:
-    description:
-      - From this many nodes handed over at once, the workers share one read of all Slurm
-        nodes per O(poll_interval_s) instead of each reading its own node while it waits,
-        which keeps slurmrestd's load flat however many nodes move.
-      - Below it, each worker reads its own node (cheaper at a site of thousands of nodes).
-        V(0) never shares.
-    type: int
-    default: 4
-  event_namespace:
-    description: Namespace of the Events written on the Nodes.
-    type: str
-    default: default
   nodeset_namespace:
     description:
       - Namespace of the Slinky NodeSets that run slurmd on lent nodes. A lend touches those
@@ -255,12 +196,15 @@ blocked:
 
 import contextlib
 import typing as t
-from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.executor import (
-    Handover,
-    Outcome,
-    Settings,
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.batch import (
+    HANDOVER_WORK_SPEC,
+    check_numbers,
+    failed_or_refused,
+    hand_over,
+    markers_from_params,
+    pool_journals,
+    work_settings,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.faults import armed_fault
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import KubernetesCalls
@@ -268,17 +212,11 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     ACTIONS,
     HandoverAction,
     HandoverResult,
-    Policy,
     PolicyError,
-    matches,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     handover_module_argspec,
     policy_from_params,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
-    HandoverMarkers,
-    journal_of,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
@@ -288,50 +226,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import
     cluster_token_source,
     slurm_client,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.shared_reads import (
-    slurm_for_workers,
-)
-
-TAINT_SPEC: dict[str, dict[str, t.Any]] = {
-    "key": {"type": "str", "default": "hpcops.io/lent", "no_log": False},
-    "value": {"type": "str", "default": "slurm"},
-    "effect": {"type": "str", "choices": ["NoSchedule", "NoExecute"], "default": "NoSchedule"},
-}
 
 
-def markers_from_params(params: dict[str, t.Any]) -> HandoverMarkers:
-    label = params["lend_label"]
-    if len(label) != 1:
-        raise PolicyError(
-            "lend_label",
-            f"{label!r} is not one label",
-            "give the one key and value the lendable NodeSet selects, "
-            "for example {hpcops.io/slurm-lent: 'true'}",
-        )
-    ((key, value),) = label.items()
-    taint = params["lent_taint"] or {name: spec["default"] for name, spec in TAINT_SPEC.items()}
-    return HandoverMarkers(
-        journal_annotation=params["journal_annotation"],
-        lend_label=str(key),
-        lend_label_value=str(value),
-        taint_key=taint["key"],
-        taint_value=taint["value"],
-        taint_effect=taint["effect"],
-        reason_prefix=params["reason_prefix"],
-    )
-
-
-def check_numbers(params: dict[str, t.Any]) -> None:
-    """Raise PolicyError for the first timing, count or idle mark that cannot be."""
-    for name in ("lend_timeout_s", "pod_timeout_s", "poll_interval_s", "max_parallel"):
-        if params[name] <= 0:
-            raise PolicyError(name, f"{params[name]} is not above 0", "give a positive number")
-    if params["shared_reads_from"] < 0:
-        raise PolicyError(
-            "shared_reads_from",
-            f"{params['shared_reads_from']} is below 0",
-            "give a number of nodes, or 0 to never share",
-        )
+def check_nodes_and_marks(params: dict[str, t.Any]) -> None:
     for index, name in enumerate(params["nodes"]):
         if not name.strip():
             raise PolicyError(
@@ -357,16 +254,8 @@ def main() -> None:
                 "required": True,
             },
             idle_marks={"type": "dict", "default": {}},
-            holder={"type": "str", "default": "hpcops.slinky"},
             reason={"type": "str", "default": ""},
-            lent_taint={"type": "dict", "default": {}, "options": TAINT_SPEC},
-            reason_prefix={"type": "str", "default": "hpcops:"},
-            lend_timeout_s={"type": "float", "default": 120.0},
-            pod_timeout_s={"type": "float", "default": 30.0},
-            poll_interval_s={"type": "float", "default": 0.5},
-            max_parallel={"type": "int", "default": 8},
-            shared_reads_from={"type": "int", "default": 4},
-            event_namespace={"type": "str", "default": "default"},
+            **HANDOVER_WORK_SPEC,
         )
         .create_ansible_module(supports_check_mode=True)
     )
@@ -383,87 +272,49 @@ def main() -> None:
         policy.check()
         markers = markers_from_params(params)
         check_numbers(params)
+        check_nodes_and_marks(params)
     except PolicyError as err:
         module.fail_json(msg=str(err), **result)
     marking = params["action"] == HandoverAction.MARK_IDLE
-    # each node once, in the order given
-    nodes = list(params["idle_marks"] if marking else dict.fromkeys(params["nodes"]))
-    if not nodes:
+    if not (params["idle_marks"] if marking else params["nodes"]):
         module.exit_json(**result)
-    workers = min(params["max_parallel"], len(nodes))
     try:
         kube = KubernetesCalls(
-            kubernetes_client(params["kubeconfig"], params["context"]), connections=workers
+            kubernetes_client(params["kubeconfig"], params["context"]),
+            connections=min(params["max_parallel"], len(params["nodes"]) or 1),
         )
     except KubernetesError as err:
         module.fail_json(msg=str(err), **result)
-    settings = Settings(
-        markers=markers,
-        policy=policy,
-        by=params["holder"],
-        lend_timeout_s=params["lend_timeout_s"],
-        pod_timeout_s=params["pod_timeout_s"],
-        poll_s=params["poll_interval_s"],
-        event_namespace=params["event_namespace"],
-        nodeset_namespace=params["nodeset_namespace"],
-        check_mode=module.check_mode,
-        fault=armed_fault(),
+    settings = work_settings(
+        params, policy, markers, check_mode=module.check_mode, fault=armed_fault()
     )
     slurm = slurm_client(module, cluster_token_source(kube.client, module.params))
-    handover = Handover(
+    handed = hand_over(
         kube,
-        slurm_for_workers(slurm, workers, params["poll_interval_s"], params["shared_reads_from"]),
+        slurm,
         settings,
+        params["action"],
+        params["nodes"],
+        max_parallel=params["max_parallel"],
+        shared_reads_from=params["shared_reads_from"],
+        reason=params["reason"],
+        idle_marks=params["idle_marks"],
     )
-    handover.slurm.attach(slurm)
-
-    def handle_node(name: str) -> Outcome:
-        if marking:
-            mark = params["idle_marks"][name]
-            return handover.mark_idle(name, float(mark) if mark is not None else None)
-        if params["action"] == HandoverAction.CLEAN_ORPHANS:
-            return handover.clean_orphan(name)
-        return handover.run(name, params["action"])
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        outcomes = list(pool.map(handle_node, nodes))
+    outcomes = handed.pop("outcomes")
+    result.update(handed)
     with contextlib.suppress(KubernetesError):  # the run's report then reads it itself
         result["pool"] = pool_journals(kube, policy, markers)
-
-    result["nodes"] = [outcome.as_dict() for outcome in outcomes]
-    result["changed"] = any(outcome.changed for outcome in outcomes)
-    for key, wanted in (
-        ("lent", HandoverResult.LENT),
-        ("returned", HandoverResult.FREE),
-        ("blocked", HandoverResult.BLOCKED),
-    ):
-        result[key] = [
-            o.node for o in outcomes if o.result == wanted and (key != "returned" or o.changed)
-        ]
     for outcome in outcomes:
         for warning in outcome.warnings:
             module.warn(f"{outcome.node}: {warning}")
         if outcome.result == HandoverResult.BLOCKED:
             module.warn(f"{outcome.node}: {outcome.message}")
-    failed_or_refused = [
-        o for o in outcomes if o.result in (HandoverResult.FAILED, HandoverResult.REFUSED)
-    ]
-    if failed_or_refused:
+    failed = failed_or_refused(outcomes)
+    if failed:
         module.fail_json(
-            msg="; ".join(f"{o.node}: {o.result}: {o.message}" for o in failed_or_refused), **result
+            msg="; ".join(f"{o.node}: {o.result}: {o.message}" for o in failed), **result
         )
     module.exit_json(**result)
-
-
-def pool_journals(
-    kube: KubernetesCalls, policy: Policy, markers: HandoverMarkers
-) -> list[dict[str, str]]:
-    """Each pool node and its journal state, as handover_plan's status rows name them."""
-    return [
-        {"node": node["metadata"]["name"], "journal": journal_of(node, markers).state}
-        for node in sorted(kube.nodes(), key=lambda node: node["metadata"]["name"])
-        if matches(node["metadata"].get("labels") or {}, policy.pool_selector)
-    ]
 
 
 if __name__ == "__main__":

@@ -257,10 +257,12 @@ def test_two_rebalance_runs_started_together_one_acts(clean_pool: Pool) -> None:
     def lease(report: dict[str, t.Any]) -> dict[str, t.Any]:
         for play in report["plays"]:
             for task in play["tasks"]:
-                if task["task"]["name"].endswith(": Take the handover Lease"):
-                    result: dict[str, t.Any] = task["hosts"]["localhost"]
+                if task["task"]["name"].endswith(
+                    ": Do the run, from the checks against the cluster to its record"
+                ):
+                    result: dict[str, t.Any] = task["hosts"]["localhost"]["lease"]
                     return result
-        raise AssertionError("no Lease task in the run")
+        raise AssertionError("no handover_run task in the run")
 
     acquired = [lease(report)["acquired"] for report in reports]
     assert sorted(acquired) == [False, True], acquired

@@ -158,10 +158,10 @@ class Handover:
 
     # -- entry points --------------------------------------------------------------------
 
-    def run(self, name: str, action: str) -> Outcome:
-        """Lend, reclaim or resume one node."""
+    def run(self, name: str, action: str, reason: str = "") -> Outcome:
+        """Lend, reclaim or resume one node; a reclaim's reason goes into its journal."""
         outcome = Outcome(node=name, action=action)
-        return self._guarded(outcome, lambda: self._dispatch(outcome))
+        return self._guarded(outcome, lambda: self._dispatch(outcome, reason))
 
     def mark_idle(self, name: str, idle_since: float | None) -> Outcome:
         """Record in a free node's journal since when it runs no application pod (None:
@@ -193,7 +193,7 @@ class Handover:
             outcome.seconds = self.clock() - started
         return outcome
 
-    def _dispatch(self, outcome: Outcome) -> None:
+    def _dispatch(self, outcome: Outcome, reason: str = "") -> None:
         node = self._read_node(outcome.node)
         outcome.uid = node["metadata"].get("uid", "")
         journal = journal_of(node, self.markers)
@@ -211,7 +211,7 @@ class Handover:
         if action == HandoverAction.LEND:
             self._lend(node, journal, outcome)
         else:
-            self._reclaim(node, journal, outcome, "")
+            self._reclaim(node, journal, outcome, reason)
 
     def _mark_idle(self, outcome: Outcome, idle_since: float | None) -> None:
         if self.settings.check_mode:

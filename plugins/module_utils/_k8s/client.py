@@ -108,6 +108,7 @@ def get_object(
 def write_object(client: t.Any, body: dict[str, t.Any], *, create: bool) -> dict[str, t.Any]:
     """Create `body`, or replace it with the resourceVersion it carries; Conflict on a race."""
     meta = body["metadata"]
+    name = meta.get("name") or meta.get("generateName", "")
     try:
         resource = client.resource(body["kind"], body["apiVersion"])
         if create:
@@ -118,11 +119,31 @@ def write_object(client: t.Any, body: dict[str, t.Any], *, create: bool) -> dict
             )
     except (CoreException, DynamicApiError) as err:
         if _status(err) == 409:
-            raise Conflict(f"{body['kind']} {meta['name']} changed meanwhile") from None
-        raise KubernetesError(
-            f"cannot write {body['kind']} {meta['name']}: {_reason(err)}"
-        ) from None
+            raise Conflict(f"{body['kind']} {name} changed meanwhile") from None
+        raise KubernetesError(f"cannot write {body['kind']} {name}: {_reason(err)}") from None
     obj: dict[str, t.Any] = written.to_dict()
+    return obj
+
+
+def apply_object(client: t.Any, body: dict[str, t.Any], field_manager: str) -> dict[str, t.Any]:
+    """Server-side apply of `body` as field_manager, taking over its fields from others."""
+    meta = body["metadata"]
+    try:
+        resource = client.resource(body["kind"], body["apiVersion"])
+        applied = client.patch(
+            resource,
+            body,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            content_type="application/apply-patch+yaml",
+            field_manager=field_manager,
+            force_conflicts=True,
+        )
+    except (CoreException, DynamicApiError) as err:
+        raise KubernetesError(
+            f"cannot apply {body['kind']} {meta['name']}: {_reason(err)}"
+        ) from None
+    obj: dict[str, t.Any] = applied.to_dict()
     return obj
 
 

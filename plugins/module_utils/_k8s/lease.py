@@ -5,16 +5,23 @@
 
 PRIVATE to the collection: names here can change without notice.
 
-`decide` is pure (the Lease object, who asks, the time); the module does the one write it
-names with the resourceVersion it read, so of two runs that race only one write succeeds.
+`decide` is pure (the Lease object, who asks, the time); `lease_attempt` does the one write
+it names with the resourceVersion it read, so of two runs that race only one write succeeds.
 """
 
 from __future__ import annotations
 
+import time
 import typing as t
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
+    Conflict,
+    delete_object,
+    get_object,
+    write_object,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.timestamps import (
     microtime,
     parse_time,
@@ -91,3 +98,83 @@ def lease_body(
         else:
             spec["leaseTransitions"] = transitions + 1
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+
+API_VERSION = "coordination.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """Which Lease, for whom, for how long."""
+
+    name: str
+    namespace: str
+    holder: str
+    duration_s: int = 900
+
+
+def lease_attempt(
+    client: t.Any,
+    request: LeaseRequest,
+    want: str = "acquired",
+    check_mode: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, t.Any]:
+    """One look at the Lease and the one write it calls for, as the lease module returns
+    it (changed, acquired, decision, holder, expires_in); KubernetesError on failure."""
+    result: dict[str, t.Any] = {"changed": False, "acquired": False}
+    lease = get_object(client, API_VERSION, "Lease", request.name, request.namespace)
+    now = clock()
+    decision = decide(lease, request.holder, now, want)
+    result.update(decision=decision.action, holder=decision.holder)
+    if decision.expires_in is not None:
+        result["expires_in"] = round(decision.expires_in, 1)
+    if decision.action in (LeaseAction.KEEP, LeaseAction.NONE):
+        result["acquired"] = decision.holder == request.holder != ""
+        return result
+    result["changed"] = True
+    result["acquired"] = decision.action != LeaseAction.RELEASE
+    if check_mode:
+        return result
+    try:
+        if decision.action == LeaseAction.RELEASE and lease is not None:
+            delete_object(
+                client,
+                API_VERSION,
+                "Lease",
+                request.name,
+                request.namespace,
+                lease["metadata"]["resourceVersion"],
+            )
+        else:
+            body = lease_body(
+                request.name, request.namespace, request.holder, request.duration_s, now, lease
+            )
+            write_object(client, body, create=decision.action == LeaseAction.CREATE)
+    except Conflict as err:
+        # Another run wrote first: it holds the Lease, this one does nothing.
+        result.update(changed=False, acquired=False, decision=LeaseAction.KEEP, conflict=str(err))
+    return result
+
+
+def acquire_lease(
+    client: t.Any,
+    request: LeaseRequest,
+    wait_s: float = 0.0,
+    poll_s: float = 2.0,
+    check_mode: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, t.Any]:
+    """Take the Lease, waiting up to wait_s for another holder's to end (never in check
+    mode); the last attempt's result with waited_s."""
+    started = clock()
+    waiting = not check_mode
+    while True:
+        result = lease_attempt(client, request, check_mode=check_mode)
+        left = wait_s - (clock() - started)
+        if result["acquired"] or not waiting or left <= 0:
+            break
+        sleep(min(poll_s, left))
+    result["waited_s"] = round(clock() - started, 1) if waiting else 0.0
+    return result

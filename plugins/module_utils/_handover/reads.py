@@ -1,0 +1,98 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What a run reads before it acts: the checks against the cluster and the plan.
+
+PRIVATE to the collection: names here can change without notice. handover_check,
+handover_plan and handover_run read through these, so a run and its parts agree; the
+decisions are the pure functions of ``plan`` and ``options``.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from collections.abc import Mapping, Sequence
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
+    lendable_nodeset_keys,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import Policy
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
+    lendable_partitions,
+    policy_partition_refusals,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import (
+    application_pods_on_lent_nodes,
+    attention,
+    orphans,
+    plan,
+    status_rows,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
+    HandoverMarkers,
+    named_node_refusals,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
+    node_view,
+    pod_view,
+    slurm_node_views,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
+    get_object,
+    list_objects,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import job_node_names
+
+JSON = dict[str, t.Any]
+
+
+def check_against_cluster(
+    client: t.Any,
+    slurm: t.Any,
+    policy: Policy,
+    markers: HandoverMarkers,
+    *,
+    nodes: Sequence[str],
+    partitions: Sequence[str] | None,
+    lend_label: Mapping[str, t.Any],
+    nodeset_namespace: str | None,
+) -> JSON:
+    """Why the named nodes, and the policy's partitions (None: all it names), cannot be
+    used, as handover_check returns it: ``refusals`` (each naming the variable and the fix)
+    and ``lendable_partitions``. KubernetesError or SlurmRestError when a read fails."""
+    found = {name: get_object(client, "v1", "Node", name) for name in nodes}
+    keys = lendable_nodeset_keys(client, lend_label, nodeset_namespace)
+    refusals = named_node_refusals(nodes, found, policy, markers)
+    named = list(policy.partitions) if partitions is None else list(partitions)
+    slurm_partitions = slurm.partitions()
+    refusals += policy_partition_refusals(named, slurm_partitions, keys)
+    return {
+        "refusals": refusals,
+        "lendable_partitions": lendable_partitions(slurm_partitions, keys),
+    }
+
+
+def read_plan(
+    client: t.Any,
+    slurm: t.Any,
+    policy: Policy,
+    *,
+    journal_annotation: str,
+    lend_label: Mapping[str, t.Any],
+    nodeset_namespace: str | None,
+    now: float,
+) -> JSON:
+    """The pool, its pods and its Slurm nodes read once, and what handover_plan returns
+    from them: the plan, the status rows, the orphans and what needs attention."""
+    nodes = [node_view(obj, journal_annotation) for obj in list_objects(client, "v1", "Node")]
+    pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
+    features = lendable_nodeset_keys(client, lend_label, nodeset_namespace)
+    slurm_nodes = slurm_node_views(slurm.nodes(), slurm.jobs(), job_node_names)
+    result: JSON = plan(nodes, pods, slurm_nodes, policy, now).as_dict()
+    result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
+    orphaned = orphans(nodes, slurm_nodes, features, pods)
+    apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
+    result["orphans"] = [orphan.as_dict() for orphan in orphaned]
+    result["apps_on_lent_nodes"] = apps_on_lent
+    result["attention"] = attention(orphaned, apps_on_lent)
+    return result
