@@ -92,6 +92,14 @@ options:
         event (C(ansible_eda.event.handover)).
     type: raw
     default: manual
+  token_owner:
+    description:
+      - The Slinky Token that keeps O(token_secret) fresh; by default the Secret's owner.
+      - When its JWT is past the time the operator renews it, or expired, the run updates the
+        Token (annotation C(hpcops.io/renewal-requested)), which makes the operator write a
+        new one, and waits up to 30 s for it before anything else; the run's warnings say so.
+        Not in check mode.
+    type: str
   report:
     description: Where the run is recorded.
     type: dict
@@ -388,6 +396,8 @@ def run_request(params: dict[str, t.Any], report: dict[str, t.Any]) -> RunReques
         trigger=params["trigger"],
         report_configmap=report["configmap"] or "",
         metrics_cluster=report["metrics_cluster"] or "",
+        token_secret=params["token_secret"],
+        token_owner=params["token_owner"] or "",
     )
 
 
@@ -444,6 +454,7 @@ def main() -> None:
             lease={"type": "dict", "required": True, "options": LEASE_SPEC},
             trigger={"type": "raw", "default": "manual"},
             report={"type": "dict", "default": {}, "options": REPORT_SPEC},
+            token_owner={"type": "str"},
             **HANDOVER_WORK_SPEC,
         )
         .create_ansible_module(supports_check_mode=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -388,9 +387,10 @@ def test_fifty_notebooks_at_once_make_a_few_runs_not_fifty(rulebook: Rulebook) -
     wait_until(lambda: not rulebook.running_playbook(), 120, "the last run to end")
     runs = [line for line in run_summaries(pool, created) if "; on demand: " in line]
     assert 1 <= len(runs) <= 3, runs
-    # The first event gathered the burst (as many as were unschedulable after the debounce).
-    gathered = re.search(r"; on demand: (\d+) unschedulable application pod", runs[0])
-    assert gathered and int(gathered.group(1)) >= 10, runs
+    # The first pod is announced at once, and that run's plan counted every pod pending when
+    # it read the pool: its reclaim made room for the burst (a later event gathers what
+    # followed it within the debounce, if anything still waits).
+    assert " returned" in runs[0], runs
 
 
 def test_the_source_rides_out_a_restart_of_the_apiserver(rulebook: Rulebook) -> None:

@@ -53,6 +53,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.lease import (
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import SelectionError
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import SlurmRestError
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.token_renewal import (
+    TokenRenewalError,
+    fresh_token_secret,
+)
 
 JSON = dict[str, t.Any]
 
@@ -84,6 +88,10 @@ class RunRequest:
     trigger: t.Any = None
     report_configmap: str = ""  # '' records nothing in the cluster
     metrics_cluster: str = ""
+    # A Slinky Token's Secret the run's token comes from, and the Token (default: the
+    # Secret's owner), renewed first when its renewal has stopped.
+    token_secret: t.Mapping[str, str] | None = None
+    token_owner: str = ""
 
 
 class HandoverRun:
@@ -117,8 +125,9 @@ class HandoverRun:
         request = self.request
         result: JSON = {"changed": False, "refusals": [], "lease": {}, "error": ""}
         try:
+            self._renew_stalled_token()
             checked = self._check()
-        except (KubernetesError, SlurmRestError) as err:
+        except (KubernetesError, SlurmRestError, TokenRenewalError) as err:
             # Before the Lease: nothing done, the run's failure is recorded.
             return self._finish(result, f"the check against the cluster: {err}", lease=None)
         result["lendable_partitions"] = checked["lendable_partitions"]
@@ -159,6 +168,19 @@ class HandoverRun:
         elif release_error:
             self.warnings.append(release_error)
         return self._finish(result, error, lease=lease, acted=True)
+
+    def _renew_stalled_token(self) -> None:
+        if self.request.token_secret:
+            warning = fresh_token_secret(
+                self.kube.client,
+                self.request.token_secret,
+                self.request.token_owner,
+                check_mode=self.settings.check_mode,
+                clock=self.clock,
+                sleep=self.sleep,
+            )
+            if warning:
+                self.warnings.append(warning)
 
     def _check(self) -> JSON:
         request = self.request

@@ -8,7 +8,8 @@ The event source ``extensions/eda/plugins/event_source/handover_events.py`` feed
 with the time, which event to emit now and when to look again:
 
 * ``demand``: application pods the planner would count as demand (`pending_demand`) are
-  unschedulable. A burst is gathered for ``debounce_s`` into one event. Demand is
+  unschedulable. The first is announced at once; pods that follow within ``debounce_s`` of
+  an announcement are gathered into the next event. Demand is
   level-triggered: announced again every ``repeat_s`` while such pods stay unschedulable, so
   an event whose run found the Lease held, or failed, is not lost.
 * ``idle``: a free pool node has run no application pod for ``lend_min_idle_s`` (by the
@@ -177,7 +178,10 @@ class PoolWatch:
         last = self._demand_announced_at
         unannounced = [seen for seen in self._demand_seen.values() if last is None or seen > last]
         if unannounced:
-            at = min(unannounced) + self.settings.debounce_s
+            # The first pod of a burst is announced at once (a run takes seconds, and its
+            # plan counts every pod pending by then); those that follow within debounce_s
+            # of an announcement are gathered into the next one.
+            at = max(min(unannounced), (last or float("-inf")) + self.settings.debounce_s)
         else:
             at = (last or now) + self.settings.repeat_s
         if now < at:

@@ -18,8 +18,9 @@ description:
     handover Lease. It never polls.
   - Emits C({handover: {trigger: demand, ...}}) when application pods that the handover
     planner counts as demand (the policy's O(policy.demand_selector) and
-    O(policy.demand_namespaces)) are unschedulable. A burst is gathered for O(debounce_s)
-    into one event, and the event is repeated every O(repeat_s) while such pods stay
+    O(policy.demand_namespaces)) are unschedulable. The first such pod is announced at once;
+    pods that follow within O(debounce_s) of an announcement are gathered into the next
+    event, and the event is repeated every O(repeat_s) while such pods stay
     unschedulable, so a run that found the Lease held or failed does not lose it.
   - Emits C({handover: {trigger: idle, ...}}) when a free pool node has been idle for
     O(policy.lend_min_idle_s) (or is idle with no C(idle_since) in its journal yet), once
@@ -56,7 +57,7 @@ options:
     type: str
     default: hpcops-slinky-handover
   debounce_s:
-    description: Seconds a burst of unschedulable pods is gathered into one event.
+    description: Seconds after a demand event during which further unschedulable pods are gathered into the next one.
     type: float
     default: 2.0
   repeat_s:

@@ -84,34 +84,44 @@ def watch_with_lent_pool() -> PoolWatch:
     return watch
 
 
-def test_a_burst_of_fifty_pending_pods_is_one_event_after_the_debounce() -> None:
+def test_a_burst_of_fifty_pending_pods_is_one_event_at_once() -> None:
     watch = watch_with_lent_pool()
     for i in range(50):
         watch.apply(WatchedKind.POD, "ADDED", pod(f"nb-{i:02d}"))
     event, wake = watch.due(T0)
-    assert event is None and wake == T0 + 2
-    assert watch.due(T0 + 1.9)[0] is None
-    event, wake = watch.due(T0 + 2)
     assert event is not None and event["trigger"] == Trigger.DEMAND
     assert len(event["pods"]) == 50 and event["pods"][0] == "jupyterhub/nb-00"
     assert event["reason"].startswith("50 unschedulable application pod(s): jupyterhub/nb-00, ")
     assert event["reason"].endswith(" and 45 more")
     # Announced: the same pods wait for the repeat, not for every look.
-    assert wake == T0 + 32
-    assert [watch.due(T0 + s)[0] for s in (3, 10, 31)] == [None, None, None]
+    assert wake == T0 + 30
+    assert [watch.due(T0 + s)[0] for s in (1, 10, 29)] == [None, None, None]
+
+
+def test_pods_that_follow_an_announcement_are_gathered_for_the_debounce() -> None:
+    watch = watch_with_lent_pool()
+    watch.apply(WatchedKind.POD, "ADDED", pod("nb-a"))
+    first, _wake = watch.due(T0)
+    assert first is not None and first["pods"] == ["jupyterhub/nb-a"]
+    for i, at in enumerate((0.5, 1.0, 1.5)):
+        watch.apply(WatchedKind.POD, "ADDED", pod(f"nb-{i}"))
+        event, wake = watch.due(T0 + at)
+        assert event is None and wake == T0 + 2
+    event, _wake = watch.due(T0 + 2)
+    assert event is not None and len(event["pods"]) == 4
 
 
 def test_demand_is_announced_again_while_pods_stay_unschedulable_and_stops_when_placed() -> None:
     watch = watch_with_lent_pool()
     watch.apply(WatchedKind.POD, "ADDED", pod("nb-a"))
-    assert watch.due(T0)[0] is None
-    assert watch.due(T0 + 2)[0] is not None
-    again, _wake = watch.due(T0 + 32)
+    assert watch.due(T0)[0] is not None
+    assert watch.due(T0 + 2)[0] is None
+    again, _wake = watch.due(T0 + 30)
     assert again is not None and again["pods"] == ["jupyterhub/nb-a"]
     # A new pod in the meantime is announced after the debounce, not after the repeat.
     watch.apply(WatchedKind.POD, "ADDED", pod("nb-b"))
-    assert watch.due(T0 + 40)[0] is None
-    event, _wake = watch.due(T0 + 42)
+    assert watch.due(T0 + 31)[0] is None
+    event, _wake = watch.due(T0 + 32)
     assert event is not None and event["pods"] == ["jupyterhub/nb-a", "jupyterhub/nb-b"]
     # Placed on a reclaimed node: no demand, nothing more.
     watch.apply(WatchedKind.POD, "MODIFIED", pod("nb-a", node="int01"))
@@ -139,8 +149,7 @@ def test_nothing_is_announced_while_another_run_holds_the_lease() -> None:
     watch = watch_with_lent_pool()
     watch.apply(WatchedKind.LEASE, "ADDED", lease("timer-run", renewed=T0 - 10, duration=60))
     watch.apply(WatchedKind.POD, "ADDED", pod("nb-a"))
-    assert watch.due(T0) == (None, T0 + 2)
-    event, wake = watch.due(T0 + 2)
+    event, wake = watch.due(T0)
     assert event is None and wake == T0 + 50  # when the holder's time runs out
     # The run gives it back (holderIdentity cleared): the event goes out at once.
     watch.apply(WatchedKind.LEASE, "MODIFIED", lease("", renewed=T0 + 5))
