@@ -145,7 +145,7 @@ notes:
   - Needs what its parts need (see M(hpcops.slinky.node_handover)), Leases get/create/update/delete,
     and ConfigMaps patch and Events create in O(lease.namespace).
   - "Fails when the run did not do what it was asked: for V(lend) and V(reclaim) any outcome
-    but V(done) (RV(msg) says which node ended where, or who holds the Lease); for
+    but V(done) (its message says which node ended where, or who holds the Lease); for
     V(rebalance) V(failed) only. RV(summary) is returned, and recorded, either way."
 seealso:
   - module: hpcops.slinky.handover_plan
@@ -454,7 +454,7 @@ def main() -> None:
             lease={"type": "dict", "required": True, "options": LEASE_SPEC},
             trigger={"type": "raw", "default": "manual"},
             report={"type": "dict", "default": {}, "options": REPORT_SPEC},
-            token_owner={"type": "str"},
+            token_owner={"type": "str", "no_log": False},
             **HANDOVER_WORK_SPEC,
         )
         .create_ansible_module(supports_check_mode=True)
