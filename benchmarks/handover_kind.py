@@ -516,17 +516,35 @@ class Events:
                 "debounce_s": 2.0,
                 "repeat_s": 10.0,
             },
-            # The runs' own settings (the role's event kind writes them into the inventory).
-            "handover_policy": EVENT_POLICY,
-            "handover_trigger": "timer",
         }
         (workdir / "vars.yml").write_text(json.dumps(variables))
+        # ansible-rulebook hands its playbooks a copy of the inventory file alone (no
+        # group_vars beside it): the runs' settings go in it, as the role's event kind does.
+        inventory = {
+            "all": {
+                "children": {
+                    "slinky_controller": {
+                        "hosts": {
+                            "localhost": {
+                                "ansible_connection": "local",
+                                "ansible_python_interpreter": sys.executable,
+                            }
+                        },
+                        "vars": {
+                            "handover_kubeconfig": str(kubeconfig),
+                            "handover_slurmrestd_url": cluster.slurmrestd_url(),
+                            "handover_policy": EVENT_POLICY,
+                        },
+                    }
+                }
+            }
+        }
+        (workdir / "inventory.yml").write_text(json.dumps(inventory))
         bin_dir = Path(sys.executable).parent
         env = {
             **os.environ,
             "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
             "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-            "HPCOPS_KIND_DIR": str(KIND_DIR),
             "ANSIBLE_LOCALHOST_WARNING": "false",
             "TMPDIR": str(workdir),
         }
@@ -537,9 +555,10 @@ class Events:
                     "--rulebook",
                     "hpcops.slinky.handover",
                     "--inventory",
-                    str(REPO / "inventories" / "kind" / "hosts.yml"),
+                    str(workdir / "inventory.yml"),
                     "--vars",
                     str(workdir / "vars.yml"),
+                    "--verbose",  # as the role's Deployment: the source says when it watches
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -581,8 +600,13 @@ class Events:
             Settings(markers=HandoverMarkers(), policy=policy_of(EVENT_POLICY), by="benchmark"),
         )
         for node in self.nodes:
-            lent = handover.run(node, "lend")
-            if lent.result != "lent":
+            # A run of the rulebook (an idle event) may act on the node meanwhile: after it.
+            for _attempt in range(3):
+                wait_until(lambda: self._alive() and self.lease_free(), 120, "no run under way")
+                lent = handover.run(node, "lend")
+                if lent.result == "lent":
+                    break
+            else:
                 raise LabError(f"lend of {node}: {lent.result} {lent.message}")
         wait_until(lambda: self._alive() and self.lease_free(), 120, "no run under way")
         time.sleep(1)  # the source has seen the lends: no idle event is due

@@ -166,7 +166,10 @@ def run_summary(
                 reclaim_seconds[node] = float(entry["seconds"])
                 reclaim_timelines[node] = dict(entry.get("timeline") or {})
     errors = [str(error) for error in errors if error]
-    errors += [f"{node}: {messages[node]}" for node in nodes["failed"] + nodes["refused"]]
+    errors += [
+        f"{node}: {messages.get(node) or 'failed without a message'}"
+        for node in nodes["failed"] + nodes["refused"]
+    ]
     acted = lease is None or bool(lease.get("acquired"))
     states: dict[str, int] | None = None
     pool_rows = None if pool is None else list(pool)

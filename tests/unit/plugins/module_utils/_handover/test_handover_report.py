@@ -293,3 +293,16 @@ def test_a_rebalance_that_cleans_an_orphan_says_so_and_records_its_attention_lin
     line = summary_line(got)
     assert line.startswith("1 orphaned Slurm node(s) draining in 4.2 s"), line
     assert "no change" not in line
+
+
+def test_a_failed_node_without_a_message_is_still_an_error() -> None:
+    summary = run_summary(
+        run_id="r",
+        started=0.0,
+        finished=1.0,
+        handovers=[{"nodes": [{"node": "int01", "result": "failed", "message": ""}]}],
+        lease={"acquired": True},
+        pool=[],
+    )
+    assert summary["errors"] == ["int01: failed without a message"]
+    assert summary["outcome"] == "failed"
