@@ -33,8 +33,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     Policy,
     PolicyError,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import kubernetes_argspec
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import slurmrestd_argspec
 
 POLICY_SPEC: dict[str, dict[str, t.Any]] = {
     "pool_selector": {"type": "dict", "required": True},
@@ -117,6 +115,16 @@ def handover_argspec() -> ArgumentSpec:
 def handover_module_argspec() -> ArgumentSpec:
     """The options handover_plan and node_handover share: slurmrestd (with token_secret),
     Kubernetes, the handover policy, the lend label and where the NodeSets are."""
+    # Imported here, not above: the role's settings check (a filter on the controller) uses
+    # this file and needs neither the Kubernetes client nor the slurmrestd one, whose
+    # imports took a quarter of a second of every run.
+    from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (  # noqa: PLC0415
+        kubernetes_argspec,
+    )
+    from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (  # noqa: PLC0415
+        slurmrestd_argspec,
+    )
+
     return (
         slurmrestd_argspec(token_secret=True)
         .merge(kubernetes_argspec())
