@@ -567,11 +567,17 @@ class Events:
                 env=env,
                 start_new_session=True,
             )
-        wait_until(
-            lambda: self._alive() and "watching Pods" in self.log_path.read_text(errors="replace"),
-            60,
-            "the event source to watch",
-        )
+        try:
+            wait_until(
+                lambda: (
+                    self._alive() and "watching Pods" in self.log_path.read_text(errors="replace")
+                ),
+                60,
+                "the event source to watch",
+            )
+        except LabError:
+            self.stop()  # never leave a rulebook behind
+            raise
 
     def _alive(self) -> bool:
         if self.process.poll() is not None:
