@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from handover_pool import MERGE, POLICY, Pool
+from ansible_runner import LAB_INVENTORY, run_playbook
+from handover_pool import FAULT_EXIT, MERGE, PLAYBOOKS, POLICY, Pool
 from k8s_lab import NODES
 from slurm_pods import REST_ADDRESS
 from toolbox import wait_until
@@ -178,6 +179,42 @@ def proxy() -> Iterator[SwitchableProxy]:
 
 
 # -- exit codes and outcomes -------------------------------------------------------------
+
+
+def test_a_run_whose_module_dies_gives_the_lease_back_and_records_that_it_failed(
+    clean_pool: Pool, tmp_path: Path
+) -> None:
+    """handover_run's process killed mid-lend (as a crash would): the role gives back the
+    Lease it held, records the run as failed, and the next run finishes the node."""
+    pool = clean_pool
+    before = records(pool)
+    summary = tmp_path / "summary.json"
+    extra = {
+        "handover_policy": POLICY,
+        "handover_nodes": ["int01"],
+        "handover_summary_path": str(summary),
+    }
+    crashed = run_playbook(
+        PLAYBOOKS / "lend.yml",
+        LAB_INVENTORY,
+        extra_vars=extra,
+        env={"HPCOPS_HANDOVER_FAULT": "lend:taint", "TMPDIR": str(tmp_path)},
+    )
+    assert crashed.returncode == TASK_FAILED, crashed.output
+    assert f'"rc": {FAULT_EXIT}' in crashed.output  # the module's own end, shown
+    message = crashed.failures()[-1]
+    assert message.startswith("failed: the handover_run module ended without a result (rc 75"), (
+        message
+    )
+    assert not lease_exists(pool)  # given back: the next run need not wait 900 s
+    got = summary_of(summary)
+    assert (got["outcome"], got["acted"], got["requested"]) == ("failed", True, ["int01"])
+    version, events = records(pool)
+    assert version != before[0] and events == before[1] + 1
+    assert pool.journal("int01")["state"] == "lending"
+    run = pool.playbook("lend", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    assert pool.journal("int01")["state"] == "lent"
 
 
 def test_a_named_run_that_finds_the_lease_held_fails_and_records_nothing(
