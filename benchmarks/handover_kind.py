@@ -676,10 +676,19 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+def trials(count: int, trial: t.Callable[[int], Trial]) -> list[Trial]:
+    """`count` trials, each printed as it ends."""
+    done = []
+    for number in range(count):
+        done.append(trial(number))
+        print(f"  trial {number + 1}: {done[-1]}", flush=True)
+    return done
+
+
 def run_cases(
     cluster: Cluster, nodes: list[str], args: argparse.Namespace
 ) -> dict[str, list[Trial]]:
-    """The chosen cases' trials, each printed as it ends."""
+    """The chosen cases' trials."""
     node = nodes[0]
     results: dict[str, list[Trial]] = {case: [] for case in CASES}
     if "recipe" in args.cases:
@@ -687,39 +696,27 @@ def run_cases(
         print(f"recipe: PriorityClass preemption on {node} (the seeds)", flush=True)
         recipe.up()
         try:
-            for number in range(args.trials):
-                trial = recipe.trial(number, args.cap)
-                results["recipe"].append(trial)
-                print(f"  trial {number + 1}: {trial}", flush=True)
+            results["recipe"] = trials(args.trials, lambda n: recipe.trial(n, args.cap))
         finally:
             recipe.down()
     protocol = Protocol(cluster, node, args.grace)
     for kind in ("idle", "busy"):
-        if kind not in args.cases:
-            continue
-        print(
-            f"protocol: reclaim of {'an idle' if kind == 'idle' else 'a busy'} lent node",
-            flush=True,
-        )
-        for number in range(args.trials):
-            trial = protocol.trial(number, args.cap, busy=kind == "busy")
-            results[kind].append(trial)
-            print(f"  trial {number + 1}: {trial}", flush=True)
+        if kind in args.cases:
+            print(f"protocol: reclaim of {'an idle' if kind == 'idle' else 'a busy'} lent node")
+            results[kind] = trials(
+                args.trials, lambda n, k=kind: protocol.trial(n, args.cap, busy=k == "busy")
+            )
     if "events" in args.cases:
         print(f"events: the rulebook reclaims one of {', '.join(nodes)} on demand", flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-kind-events-") as workdir:
             events = Events(cluster, nodes, args.kubeconfig, Path(workdir))
             try:
-                for number in range(args.trials):
-                    trial = events.trial(number, args.cap)
-                    results["events"].append(trial)
-                    print(f"  trial {number + 1}: {trial}", flush=True)
+                results["events"] = trials(args.trials, lambda n: events.trial(n, args.cap))
             finally:
                 events.stop()
-                cleanup = Protocol(cluster, node, 0).handover(0)
+                cleanup = protocol.handover(0)
                 for name in nodes:  # given back as found: free
                     cleanup.run(name, "reclaim")
-
     return results
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The handover policy and journal, shared by handover_plan and node_handover (keep in
-    step with module_utils/_handover/options.py)."""
+    """The handover policy, journal, lend label and NodeSet namespace, shared by the modules
+    built on handover_module_argspec (keep in step with module_utils/_handover/options.py)."""
 
     DOCUMENTATION = r"""
 options:
@@ -15,6 +15,19 @@ options:
     description: The Node annotation that holds the handover journal.
     type: str
     default: hpcops.io/handover
+  lend_label:
+    description:
+      - The label (one key and value) the lendable NodeSets select. Their names (the
+        feature Slinky gives their slurmd nodes) tell which Slurm nodes were lent.
+    type: dict
+    default: {hpcops.io/slurm-lent: "true"}
+  nodeset_namespace:
+    description:
+      - Namespace of the Slinky NodeSets that run slurmd on lent nodes. A lend touches those
+        that select the lend label, so that the operator starts slurmd at once.
+      - By default NodeSets are looked for in every namespace; naming it lets the run's
+        ServiceAccount list and patch NodeSets in that namespace only.
+    type: str
   policy:
     description: What may be lent and what must stay with the applications.
     type: dict

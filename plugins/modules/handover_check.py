@@ -38,13 +38,6 @@ options:
       - Left out, every partition of O(policy).
     type: list
     elements: str
-  lend_label:
-    description: The label (one key and value) the lendable NodeSets select.
-    type: dict
-    default: {hpcops.io/slurm-lent: "true"}
-  nodeset_namespace:
-    description: Namespace of the Slinky NodeSets; by default every namespace.
-    type: str
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.handover

@@ -20,16 +20,6 @@ description:
     gives the same plan.
   - Also reports what needs a clean-up or a person, in RV(orphans) (Slurm nodes of the
     lendable NodeSets whose Kubernetes Node is gone) and RV(apps_on_lent_nodes).
-options:
-  lend_label:
-    description:
-      - The label (one key and value) the lendable NodeSets select. Their names (the
-        feature Slinky gives their slurmd nodes) tell which Slurm nodes were lent.
-    type: dict
-    default: {hpcops.io/slurm-lent: "true"}
-  nodeset_namespace:
-    description: Namespace of the Slinky NodeSets; by default every namespace.
-    type: str
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.handover

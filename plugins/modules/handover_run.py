@@ -54,13 +54,6 @@ options:
         asked for.
     type: list
     elements: str
-  lend_label:
-    description: The label (one key and value) the lendable NodeSets select.
-    type: dict
-    default: {hpcops.io/slurm-lent: "true"}
-  nodeset_namespace:
-    description: Namespace of the Slinky NodeSets; by default every namespace.
-    type: str
   lease:
     description: The Lease that keeps runs from acting at once.
     type: dict

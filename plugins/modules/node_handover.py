@@ -63,17 +63,6 @@ options:
     description: Why, for the journal of a reclaim.
     type: str
     default: ""
-  lend_label:
-    description: The label (one key and value) the lendable NodeSet selects.
-    type: dict
-    default: {hpcops.io/slurm-lent: "true"}
-  nodeset_namespace:
-    description:
-      - Namespace of the Slinky NodeSets that run slurmd on lent nodes. A lend touches those
-        that select the lend label, so that the operator starts slurmd at once.
-      - By default NodeSets are looked for in every namespace; naming it lets the run's
-        ServiceAccount list and patch NodeSets in that namespace only.
-    type: str
 attributes:
   check_mode:
     support: full

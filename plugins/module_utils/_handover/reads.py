@@ -58,8 +58,10 @@ def check_against_cluster(
     nodeset_namespace: str | None,
 ) -> JSON:
     """Why the named nodes, and the policy's partitions (None: all it names), cannot be
-    used, as handover_check returns it: ``refusals`` (each naming the variable and the fix)
-    and ``lendable_partitions``. KubernetesError or SlurmRestError when a read fails."""
+    used, as handover_check returns it: ``refusals`` (each naming the variable and the fix),
+    ``lendable_partitions``, and ``lendable_nodesets`` (their keys, which read_plan can take
+    instead of listing the NodeSets again). KubernetesError or SlurmRestError when a read
+    fails."""
     found = {name: get_object(client, "v1", "Node", name) for name in nodes}
     keys = lendable_nodeset_keys(client, lend_label, nodeset_namespace)
     refusals = named_node_refusals(nodes, found, policy, markers)
@@ -69,6 +71,7 @@ def check_against_cluster(
     return {
         "refusals": refusals,
         "lendable_partitions": lendable_partitions(slurm_partitions, keys),
+        "lendable_nodesets": keys,
     }
 
 
@@ -81,12 +84,18 @@ def read_plan(
     lend_label: Mapping[str, t.Any],
     nodeset_namespace: str | None,
     now: float,
+    nodeset_keys: Sequence[str] | None = None,
 ) -> JSON:
     """The pool, its pods and its Slurm nodes read once, and what handover_plan returns
-    from them: the plan, the status rows, the orphans and what needs attention."""
+    from them: the plan, the status rows, the orphans and what needs attention. The
+    lendable NodeSets' keys are listed unless given (a run's check read them already)."""
     nodes = [node_view(obj, journal_annotation) for obj in list_objects(client, "v1", "Node")]
     pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
-    features = lendable_nodeset_keys(client, lend_label, nodeset_namespace)
+    features = (
+        list(nodeset_keys)
+        if nodeset_keys is not None
+        else lendable_nodeset_keys(client, lend_label, nodeset_namespace)
+    )
     slurm_nodes = slurm_node_views(slurm.nodes(), slurm.jobs(), job_node_names)
     result: JSON = plan(nodes, pods, slurm_nodes, policy, now).as_dict()
     result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)

@@ -118,6 +118,7 @@ class HandoverRun:
         self.requested: list[str] = []
         self.warnings: list[str] = []
         self._step = "check"  # the step under way, for the message of its failure
+        self.nodeset_keys: list[str] | None = None  # read by the check, used by the plan
 
     # -- the run -------------------------------------------------------------------------
 
@@ -131,6 +132,7 @@ class HandoverRun:
             # Before the Lease: nothing done, the run's failure is recorded.
             return self._finish(result, f"the check against the cluster: {err}", lease=None)
         result["lendable_partitions"] = checked["lendable_partitions"]
+        self.nodeset_keys = checked["lendable_nodesets"]
         if checked["refusals"]:
             result["refusals"] = checked["refusals"]
             result["outcome"] = "invalid"
@@ -215,6 +217,7 @@ class HandoverRun:
                 lend_label=self._lend_label(),
                 nodeset_namespace=request.nodeset_namespace,
                 now=self.clock(),
+                nodeset_keys=self.nodeset_keys,
             )
         plan = self.plan or {}
         if action == REBALANCE:

@@ -77,12 +77,17 @@ class Recorder:
             run_module,
             "check_against_cluster",
             lambda *a, **k: (
-                self.calls.append(("check",)) or {"refusals": [], "lendable_partitions": []}
+                self.calls.append(("check",))
+                or {"refusals": [], "lendable_partitions": [], "lendable_nodesets": ["burst"]}
             ),
         )
-        monkeypatch.setattr(
-            run_module, "read_plan", lambda *a, **k: self.calls.append(("plan",)) or dict(PLAN)
-        )
+
+        def read_plan(*_a: t.Any, **kw: t.Any) -> dict[str, t.Any]:
+            # The plan takes the NodeSets the check read instead of listing them again.
+            self.calls.append(("plan", *kw["nodeset_keys"]))
+            return dict(PLAN)
+
+        monkeypatch.setattr(run_module, "read_plan", read_plan)
         monkeypatch.setattr(run_module, "acquire_lease", lease)
         monkeypatch.setattr(run_module, "lease_attempt", lease)
         monkeypatch.setattr(run_module, "pool_journals", lambda *a: [])
@@ -134,6 +139,7 @@ def test_a_rebalance_does_each_step_in_the_protocols_order_and_records_once(
     ]
     # The plan's reason goes with its reclaim; the plan's attention into the summary.
     assert ("reclaim", "int01", "2 pending pod(s)") in recorder.calls
+    assert ("plan", "burst") in recorder.calls
     assert "gone01: Slurm node of a deleted Node" in result["summary"]["warnings"]
     assert result["error"] == "" and result["recorded"]
 
