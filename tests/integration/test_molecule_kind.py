@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """molecule's kind scenarios with images built here, on one cluster, as `make test` runs them.
 
-``molecule test -s default -s handover``: the default scenario owns the kind cluster of real
-kubelets and containers (``shared_state``), so molecule makes it once with the default
-scenario's create, runs both scenarios on it and deletes it with its destroy, which checks
-that no container, volume, network, mount or iptables rule is left.  The default scenario
-runs site.yml twice (the second run must change nothing), runs Slurm jobs in the slurmd
-containers and checks their cgroup limits (molecule/default/tests); the handover scenario
-then lends, reclaims and rebalances the interactive workers, with runs stopped after a step
-and resumed (molecule/handover/tests).
+``molecule test -s default -s handover -s autoscale``: the default scenario owns the kind
+cluster of real kubelets and containers (``shared_state``), so molecule makes it once with the
+default scenario's create, runs the three scenarios on it and deletes it with its destroy,
+which checks that no container, volume, network, mount or iptables rule is left.  The
+default scenario runs site.yml twice (the second run must change nothing) with cert-manager,
+the Slinky webhook and KEDA, runs Slurm jobs in the slurmd containers and checks their cgroup
+limits (molecule/default/tests); the handover scenario then lends, reclaims and rebalances
+the interactive workers, with runs stopped after a step and resumed (molecule/handover/tests);
+the autoscale scenario runs site.yml with the Slurm pool autoscaled from zero and watches KEDA
+scale it out and back on both metric paths (molecule/autoscale/tests).
 
 Here nothing can be pulled, so the images come from ``tests/lab/kind_images.py`` (built
 once, cached in $HPCOPS_LAB_CACHE) and the scenarios run with HPCOPS_KIND_IMAGES=local.
@@ -85,9 +87,10 @@ def local_images(docker_engine: SessionEngine) -> dict[str, str]:
 # What the scenarios' log says that is worth a line in the test report.
 REPORTED = re.compile(
     r"job \d+ on .*memory|\.yml.*: rc \d+ in |slurmd pods while|slurmd pod gone|PASSED|FAILED"
+    r"|after submission; KEDA|while job \d+ runs|keda_metrics_source="
 )
 # In the order molecule runs them: the default scenario first, as a plain `molecule test`.
-SCENARIOS = ("default", "handover")
+SCENARIOS = ("default", "handover", "autoscale")
 
 
 def molecule(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -113,7 +116,7 @@ def molecule(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     return proc, time.monotonic() - started
 
 
-def test_both_kind_scenarios_pass_offline_on_one_cluster(local_images: dict[str, str]) -> None:
+def test_the_kind_scenarios_pass_offline_on_one_cluster(local_images: dict[str, str]) -> None:
     slinky = (REPO / ".kind/slinky-version").read_text().strip()
     # A cluster an interrupted run left behind would be reused: start from none.
     cleared, cleared_s = molecule("destroy")

@@ -128,6 +128,20 @@ SOURCE_ARCHIVES = {
             "d38fce907ada5c891e2feacfd1488e33bda5b8080c26747fea6046964b1077bf",
         ),
         SourceArchive(
+            "cert-manager-v1.21.1",
+            "github.com/cert-manager/cert-manager",
+            "v1.21.1",
+            "24e33194fb39488eff2bbf10c6dc640f407cad44",
+            "2a2d2c069e6fc6157e12f00505b12e32a89636e8e1e983fed92d4e33467dee9d",
+        ),
+        SourceArchive(
+            "vcert-v5.13.7",
+            "github.com/Venafi/vcert/v5",
+            "v5.13.7",
+            "ee9b69160db74a0b502e02b12b6f4fd4ab4b8cbd",
+            "a6df5fb9b9c20165d886f908859f9554f0a530352521d453fd421847b0e66aea",
+        ),
+        SourceArchive(
             "slurm-client-v1.2.1",
             SLURM_CLIENT_MODULE,
             "v1.2.1",
@@ -382,10 +396,14 @@ def check_kubernetes_skew(version: str = LAB_SLINKY_VERSION) -> None:
         )
 
 
+# The operator's programs: the manager, and the admission webhook the chart runs beside it.
+SLINKY_COMMANDS = {"slurm-operator": "./cmd/manager", "slurm-operator-webhook": "./cmd/webhook"}
+
+
 def build_slinky_operator(binary: Binary, out: Path) -> None:
-    """cmd/manager of the operator's tree at binary.version, in a scratch copy of it (the
-    module cache and the unpacked archives are never modified), with the slurm-client its
-    go.mod names or the replacement slurm_client_replacement finds."""
+    """One program of the operator's tree at binary.version (SLINKY_COMMANDS), in a scratch
+    copy of it (the module cache and the unpacked archives are never modified), with the
+    slurm-client its go.mod names or the replacement slurm_client_replacement finds."""
     source = slinky_operator_source(binary.version)
     wanted = required_version((source / "go.mod").read_text(), SLURM_CLIENT_MODULE)
     log(f"slurm-operator {binary.version} from {slinky_origin(binary.version)}")
@@ -411,7 +429,7 @@ def build_slinky_operator(binary: Binary, out: Path) -> None:
                 "-s -w",
                 "-o",
                 str(out),
-                "./cmd/manager",
+                SLINKY_COMMANDS[binary.name],
             ],
             binary.build_log,
             cwd=tree,
@@ -531,6 +549,172 @@ def keda_crds() -> list[Path]:
     if missing:
         raise LabError(f"KEDA {KEDA_VERSION} module has no {missing}")
     return paths
+
+
+# --------------------------------------------------------------------------------------
+# What site.yml installs beside Slinky, run for real in kind: cert-manager, KEDA, and the
+# Prometheus operator (the ServiceMonitor path of KEDA's metrics)
+# --------------------------------------------------------------------------------------
+
+# The proxy refuses cert-manager's programs (nested modules) and vcert, so they come only
+# from the release archives in SHARED_SOURCES; without them kind runs without cert-manager.
+CERT_MANAGER_BUILD_VERSION = "v1.21.1"
+VCERT_MODULE = "github.com/Venafi/vcert/v5"
+# The programs the chart runs (acmesolver only answers ACME HTTP-01 challenges: not needed).
+CERT_MANAGER_COMMANDS = ("controller", "webhook", "cainjector", "startupapicheck")
+
+
+def cert_manager_archive() -> SourceArchive:
+    return SOURCE_ARCHIVES[(CERT_MANAGER_MODULE, CERT_MANAGER_BUILD_VERSION)]
+
+
+def cert_manager_buildable() -> bool:
+    return cert_manager_archive().present() and SOURCE_ARCHIVES[(VCERT_MODULE, "v5.13.7")].present()
+
+
+def build_cert_manager(binary: Binary, out: Path) -> None:
+    """cmd/<program> of the archived tree, as cert-manager's make/server.mk builds it: each
+    program is a module replacing the root with ../../; the controller's vcert comes from
+    its archive too."""
+    archive = cert_manager_archive()
+    vcert = SOURCE_ARCHIVES[(VCERT_MODULE, "v5.13.7")].unpacked()
+    program = binary.name.removeprefix("cert-manager-")
+    stamp = "github.com/cert-manager/cert-manager/pkg/util"
+    ldflags = (
+        f"-s -w -X {stamp}.AppVersion={binary.version} -X {stamp}.AppGitCommit={archive.commit}"
+    )
+    with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
+        tree = Path(scratch, "cert-manager")
+        shutil.copytree(archive.unpacked(), tree)
+        for path in [tree, *tree.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+        command = tree / "cmd" / program
+        run_logged(
+            ["go", "mod", "edit", f"-replace={VCERT_MODULE}={vcert}"], binary.build_log, cwd=command
+        )
+        run_logged(
+            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags, "-o", str(out), "."],
+            binary.build_log,
+            cwd=command,
+        )
+
+
+def cert_manager_local_chart() -> Path:
+    """The chart of the archived release, packaged with its version as the release does."""
+    version = CERT_MANAGER_BUILD_VERSION
+    return package_chart(
+        cert_manager_archive().unpacked() / "deploy/charts/cert-manager",
+        f"cert-manager-{version}",
+        ["--version", version, "--app-version", version],
+    )
+
+
+def package_chart(folder: Path, name: str, flags: Sequence[str] = ()) -> Path:
+    """`helm package` of a chart folder into CHARTS_DIR/<name>.tgz, once."""
+    out = CHARTS_DIR / f"{name}.tgz"
+    if out.exists():
+        return out
+    helm = str(ensure(["helm"])["helm"])
+    CHARTS_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = BUILD_LOG_DIR / f"{name}-chart.log"
+    with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
+        tree = Path(scratch, folder.name)
+        shutil.copytree(folder, tree)
+        for path in [tree, *tree.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+        staged = Path(scratch, "out")
+        staged.mkdir()
+        run_logged([helm, "package", str(tree), *flags, "--destination", str(staged)], log_path)
+        packages = list(staged.glob("*.tgz"))
+        if len(packages) != 1:
+            raise LabError(f"helm package {folder} wrote {packages}; see {log_path}")
+        packages[0].rename(out)
+    log(f"packaged {folder} as {out}")
+    return out
+
+
+# The chart repository is a Go module too (its tags are the chart versions).
+KEDA_CHARTS_MODULE = "github.com/kedacore/charts"
+KEDA_PROGRAMS = {
+    "keda-operator": "./cmd/operator",
+    "keda-metrics-apiserver": "./cmd/adapter",
+    "keda-admission-webhooks": "./cmd/webhooks",
+}
+
+
+def build_keda(binary: Binary, out: Path) -> None:
+    """One of KEDA's programs as its Makefile builds it; its go.mod replaces only versions,
+    so it builds inside the downloaded module."""
+    download = go_mod_download(f"{KEDA_MODULE}@{binary.version}")
+    commit = module_info(download).get("Origin", {}).get("Hash", "")
+    stamp = "github.com/kedacore/keda/v2/version"
+    ldflags = f"-s -w -X={stamp}.Version={binary.version.lstrip('v')} -X={stamp}.GitCommit={commit}"
+    go_build_in_module(binary, out, KEDA_MODULE, KEDA_PROGRAMS[binary.name], ldflags)
+
+
+def keda_chart() -> Path:
+    """KEDA's chart at KEDA_VERSION from the chart repository's module."""
+    download = go_mod_download(f"{KEDA_CHARTS_MODULE}@{KEDA_VERSION}+incompatible")
+    return package_chart(Path(download["Dir"]) / "keda", f"keda-{KEDA_VERSION.lstrip('v')}")
+
+
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+PROMETHEUS_OPERATOR_PROGRAMS = {
+    "prometheus-operator": "./cmd/operator",
+    "prometheus-config-reloader": "./cmd/prometheus-config-reloader",
+}
+# Its go.mod points these at ./pkg/..., which the module's zip leaves out (they are modules
+# of their own); without the replace lines the proxy's releases of them are used.
+PROMETHEUS_OPERATOR_NESTED = ("pkg/apis/monitoring", "pkg/client")
+
+
+def prometheus_operator_module() -> Path:
+    return Path(
+        go_mod_download(f"{PROMETHEUS_OPERATOR_MODULE}@{PROMETHEUS_OPERATOR_VERSION}")["Dir"]
+    )
+
+
+def build_prometheus_operator(binary: Binary, out: Path) -> None:
+    download = go_mod_download(f"{PROMETHEUS_OPERATOR_MODULE}@{binary.version}")
+    commit = module_info(download).get("Origin", {}).get("Hash", "")
+    stamp = "github.com/prometheus/common/version"
+    ldflags = (
+        f"-s -w -X {stamp}.Version={binary.version.lstrip('v')} -X {stamp}.Revision={commit} "
+        f"-X {stamp}.Branch=HEAD"
+    )
+    drops = [
+        f"-dropreplace={PROMETHEUS_OPERATOR_MODULE}/{nested}"
+        for nested in PROMETHEUS_OPERATOR_NESTED
+    ]
+    with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
+        tree = Path(scratch, "prometheus-operator")
+        shutil.copytree(download["Dir"], tree)
+        for path in [tree, *tree.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+        run_logged(["go", "mod", "edit", *drops], binary.build_log, cwd=tree)
+        run_logged(
+            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags, "-o", str(out),
+             PROMETHEUS_OPERATOR_PROGRAMS[binary.name]],
+            binary.build_log,
+            cwd=tree,
+        )  # fmt: skip
+
+
+def prometheus_operator_manifests() -> list[Path]:
+    """The CRDs, then the operator's RBAC and Service account, from its module (the
+    Deployment the kind scenario writes itself, with the local images)."""
+    module = prometheus_operator_module()
+    crds = sorted((module / "example/prometheus-operator-crd").glob("*.yaml"))
+    rbac = [
+        module / f"example/rbac/prometheus-operator/prometheus-operator-{name}.yaml"
+        for name in ("service-account", "cluster-role", "cluster-role-binding")
+    ]
+    if not crds or not all(path.exists() for path in rbac):
+        raise LabError(
+            f"prometheus-operator {PROMETHEUS_OPERATOR_VERSION}: no CRDs or RBAC in {module}/example"
+        )
+    return [*crds, *rbac]
 
 
 # --------------------------------------------------------------------------------------
@@ -828,6 +1012,12 @@ def slinky_operator(version: str) -> Binary:
     )
 
 
+def slinky_webhook(version: str) -> Binary:
+    return Binary(
+        "slurm-operator-webhook", version, build_slinky_operator, ("-help",), "-server-addr", 0.5
+    )
+
+
 def kubernetes_binary(name: str, cold_minutes: float) -> Binary:
     check, expect = {
         "kubectl": (("version", "--client"), f"Client Version: {KUBERNETES_VERSION}"),
@@ -881,6 +1071,34 @@ BINARIES: dict[str, Binary] = {
             2.2,
         ),
         slinky_operator(LAB_SLINKY_VERSION),
+        slinky_webhook(LAB_SLINKY_VERSION),
+        *(
+            Binary(
+                f"cert-manager-{program}",
+                CERT_MANAGER_BUILD_VERSION,
+                build_cert_manager,
+                ("--help",),
+                "cert-manager",
+                minutes,
+            )
+            for program, minutes in zip(CERT_MANAGER_COMMANDS, (1.5, 1.7, 0.1, 0.2), strict=True)
+            if cert_manager_buildable()
+        ),
+        *(
+            Binary(name, KEDA_VERSION, build_keda, ("--help",), "--cert-dir", minutes)
+            for name, minutes in zip(KEDA_PROGRAMS, (4.2, 1, 1), strict=True)
+        ),
+        *(
+            Binary(
+                name,
+                PROMETHEUS_OPERATOR_VERSION,
+                build_prometheus_operator,
+                ("--version",),
+                PROMETHEUS_OPERATOR_VERSION.lstrip("v"),
+                minutes,
+            )
+            for name, minutes in zip(PROMETHEUS_OPERATOR_PROGRAMS, (1.8, 0.1), strict=True)
+        ),
     )
 }
 

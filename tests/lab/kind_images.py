@@ -242,13 +242,31 @@ def slurm_root() -> Path:
     return cached_root(f"{SLURM_SUITE}-slurm", recipe, build)
 
 
+PROMETHEUS_SUITE = "forky"
+
+
+def prometheus_root() -> Path:
+    """Debian's Prometheus server (the ServiceMonitor path of KEDA's metrics in kind)."""
+
+    def build(root: Path, log_path: Path) -> None:
+        debootstrap(PROMETHEUS_SUITE, root, log_path)
+        apt_install(root, log_path, ["prometheus"])
+
+    return cached_root(f"{PROMETHEUS_SUITE}-prometheus", "1 prometheus", build)
+
+
 def slurm_version(root: Path) -> str:
     """The Slurm version of the root's slurmctld package, e.g. 26.05.5."""
+    return package_version(root, "slurmctld")
+
+
+def package_version(root: Path, package: str) -> str:
+    """The upstream version of a package installed in root, e.g. 3.5.3 (of 3.5.3+ds1-6)."""
     proc = subprocess.run(
-        ["chroot", str(root), "dpkg-query", "-W", "-f", "${Version}", "slurmctld"],
+        ["chroot", str(root), "dpkg-query", "-W", "-f", "${Version}", package],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return proc.stdout.split("-")[0]
+    return proc.stdout.split(":")[-1].split("+")[0].split("-")[0]
 
 
 def kind_module() -> Path:
@@ -522,6 +540,10 @@ def catalogue() -> dict[str, Image]:
         Image("slurm-operator", f"{SLURM_REPOSITORY}/slurm-operator:{SLINKY_VERSION}",
               binary_root(("slurm-operator", "/manager")), binary_inputs("slurm-operator"),
               entrypoint=("/manager",), user="65532:65532"),
+        Image("slurm-operator-webhook", f"{SLURM_REPOSITORY}/slurm-operator-webhook:{SLINKY_VERSION}",
+              binary_root(("slurm-operator-webhook", "/webhook")), binary_inputs("slurm-operator-webhook"),
+              entrypoint=("/webhook",), user="65532:65532"),
+        *addon_images(),
         slurm_image("slurmctld", entrypoint=("tini", "-g", "--", "/usr/local/bin/hold-log-fifos.sh", "slurmctld", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
         slurm_image("slurmd", entrypoint=("tini", "-g", "--", "/usr/local/bin/slurmd-entrypoint.sh")),
         slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
@@ -542,9 +564,76 @@ def catalogue() -> dict[str, Image]:
     return {image.key: image for image in [*images, node]}
 
 
+# What the charts of cert-manager and KEDA and the Prometheus operator's manifests name.
+CERT_MANAGER_REPOSITORY = f"{REGISTRY}/jetstack"
+CERT_MANAGER_ENTRYPOINTS = {  # as cert-manager's own images (hack/containers/Containerfile.*)
+    "controller": "/app/cmd/controller/controller",
+    "webhook": "/app/cmd/webhook/webhook",
+    "cainjector": "/app/cmd/cainjector/cainjector",
+    "startupapicheck": "/startupapicheck",
+}
+KEDA_REPOSITORY = f"{REGISTRY}/kedacore"
+KEDA_COMMANDS = {  # the chart runs these paths as the containers' command
+    "keda-operator": ("keda", "/keda"),
+    "keda-metrics-apiserver": ("keda-metrics-apiserver", "/keda-adapter"),
+    "keda-admission-webhooks": ("keda-admission-webhooks", "/keda-admission-webhooks"),
+}
+PROMETHEUS_OPERATOR_REPOSITORY = f"{REGISTRY}/prometheus-operator"
+PROMETHEUS_IMAGE = f"{REGISTRY}/prometheus/prometheus:{{prometheus}}"
+NONROOT = "65532:65532"
+
+
+def addon_images() -> list[Image]:
+    """cert-manager (when its release sources are here), KEDA, the Prometheus operator and
+    Debian's Prometheus: the components site.yml installs beside Slinky."""
+    images = []
+    if k8s_binaries.cert_manager_buildable():
+        version = k8s_binaries.CERT_MANAGER_BUILD_VERSION
+        for program, path in CERT_MANAGER_ENTRYPOINTS.items():
+            name = f"cert-manager-{program}"
+            images.append(Image(name, f"{CERT_MANAGER_REPOSITORY}/{name}:{version}",
+                                binary_root((name, path)), binary_inputs(name),
+                                entrypoint=(path,), user=NONROOT))  # fmt: skip
+    keda_tag = k8s_binaries.KEDA_VERSION.lstrip("v")
+    for name, (repository, path) in KEDA_COMMANDS.items():
+        images.append(Image(name, f"{KEDA_REPOSITORY}/{repository}:{keda_tag}",
+                            binary_root((name, path)), binary_inputs(name),
+                            entrypoint=(path,), user=NONROOT))  # fmt: skip
+    operator_tag = k8s_binaries.PROMETHEUS_OPERATOR_VERSION
+    for name, path in (
+        ("prometheus-operator", "/bin/operator"),
+        ("prometheus-config-reloader", "/bin/prometheus-config-reloader"),
+    ):
+        images.append(Image(name, f"{PROMETHEUS_OPERATOR_REPOSITORY}/{name}:{operator_tag}",
+                            binary_root((name, path)), binary_inputs(name),
+                            entrypoint=(path,), user="65534:65534"))  # fmt: skip
+    images.append(Image("prometheus", PROMETHEUS_IMAGE, fill_prometheus,
+                        lambda: root_recipe(prometheus_root()),
+                        entrypoint=("/bin/prometheus",), user="65534:65534", revision=2))  # fmt: skip
+    return images
+
+
+def fill_prometheus(root: Path) -> None:
+    """Debian's server binary and the C library it links, nothing else of the Debian root
+    (promtool alone is as large as the server)."""
+    source = prometheus_root()
+    binary_root()(root)
+    for relative in ("usr/bin/prometheus", "usr/lib/x86_64-linux-gnu/libc.so.6",
+                     "usr/lib64/ld-linux-x86-64.so.2"):  # fmt: skip
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / relative, target, follow_symlinks=True)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "lib64").symlink_to("usr/lib64")
+    (root / "prometheus").mkdir(mode=0o777)
+    (root / "prometheus").chmod(0o777)
+
+
 def resolve_ref(image: Image) -> str:
     if "{slurm}" in image.ref:
         return image.ref.format(slurm=slurm_version(slurm_root()))
+    if "{prometheus}" in image.ref:
+        return image.ref.format(prometheus=package_version(prometheus_root(), "prometheus"))
     return image.ref
 
 
@@ -590,20 +679,43 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     """What the kind inventory and molecule's create read, in <repo>/.kind (not committed).
 
     bin/ links kind, kubectl and helm; charts/ the Slinky charts packaged from the operator's
-    tree (the release of the operator image); keda-crds/ KEDA's CRDs from its module;
+    tree (the release of the operator image), KEDA's and, when its sources are here,
+    cert-manager's (then cert-manager-version names its release); prometheus-operator/ the
+    Prometheus operator's CRDs and RBAC, and monitoring.json its images and Prometheus';
     load-images.txt the images `kind load` puts on the nodes; slurm-image-tag the tag of the
     Slurm images; slinky-version that release.
     """
     binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
-    charts = k8s_binaries.slinky_charts()
+    charts = {**k8s_binaries.slinky_charts(), **addon_charts()}
     links = {f"bin/{name}": path for name, path in binaries.items()}
     links.update({f"charts/{name}.tgz": path for name, path in charts.items()})
-    links.update({f"keda-crds/{path.name}": path for path in k8s_binaries.keda_crds()})
-    for sub in ("bin", "charts", "keda-crds"):
+    links.update(
+        {
+            f"prometheus-operator/{path.name}": path
+            for path in k8s_binaries.prometheus_operator_manifests()
+        }
+    )
+    for sub in ("bin", "charts", "keda-crds", "prometheus-operator"):
         shutil.rmtree(CHECKOUT_DIR / sub, ignore_errors=True)
+    for sub in ("bin", "charts", "prometheus-operator"):
         (CHECKOUT_DIR / sub).mkdir(parents=True)
     for relative, target in links.items():
         (CHECKOUT_DIR / relative).symlink_to(target)
+    cert_manager = CHECKOUT_DIR / "cert-manager-version"
+    if "cert-manager" in charts:
+        cert_manager.write_text(k8s_binaries.CERT_MANAGER_BUILD_VERSION + "\n")
+    else:
+        cert_manager.unlink(missing_ok=True)
+        log(
+            f"no cert-manager in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}"
+        )
+    monitoring = {
+        "operator_image": refs["prometheus-operator"],
+        "config_reloader_image": refs["prometheus-config-reloader"],
+        "prometheus_image": refs["prometheus"],
+        "prometheus_version": "v" + refs["prometheus"].rsplit(":", 1)[1],
+    }
+    (CHECKOUT_DIR / "monitoring.json").write_text(json.dumps(monitoring, indent=2) + "\n")
     catalogue_ = catalogue()
     load = [ref for key, ref in refs.items() if key != "kind-node" and not catalogue_[key].preload]
     (CHECKOUT_DIR / "load-images.txt").write_text("\n".join(load) + "\n")
@@ -615,8 +727,33 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     return CHECKOUT_DIR
 
 
+def addon_charts() -> dict[str, Path]:
+    """KEDA's chart, and cert-manager's where its release sources are here."""
+    charts = {"keda": k8s_binaries.keda_chart()}
+    if k8s_binaries.cert_manager_buildable():
+        charts["cert-manager"] = k8s_binaries.cert_manager_local_chart()
+    return charts
+
+
 # The Go builds behind the images (on top of the lab's own).
-KIND_BINARIES = ("kubelet", "kubeadm", "kube-proxy", "kind", "crictl", "kubeadm-etcd", "coredns")
+KIND_BINARIES = (
+    "kubelet",
+    "kubeadm",
+    "kube-proxy",
+    "kind",
+    "crictl",
+    "kubeadm-etcd",
+    "coredns",
+    "slurm-operator-webhook",
+    *(
+        f"cert-manager-{p}"
+        for p in CERT_MANAGER_ENTRYPOINTS
+        if k8s_binaries.cert_manager_buildable()
+    ),
+    *KEDA_COMMANDS,
+    "prometheus-operator",
+    "prometheus-config-reloader",
+)
 
 
 def prepare() -> float:
@@ -636,8 +773,10 @@ def prepare() -> float:
     k8s_binaries.ensure_slinky()
     for name in KIND_BINARIES:
         k8s_binaries.ensure([name])
+    addon_charts()
+    k8s_binaries.prometheus_operator_manifests()
     with build_lock():
-        for root in (bookworm_base, slurm_root, node_root):
+        for root in (bookworm_base, slurm_root, node_root, prometheus_root):
             root()
         # The Debian 12 and 13 hosts of the bare-metal preflight test; node_hosts builds on
         # this module, hence the late import.

@@ -39,6 +39,7 @@ from kind_cluster import (
     slurmrestd,
     submit,
     token,
+    wait,
     wait_for_state,
 )
 
@@ -193,16 +194,6 @@ def slurmd_running(name: str) -> bool:
         )
         for p in pods
     )
-
-
-def wait(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
-        time.sleep(0.5)
 
 
 def app_pod(name: str, on: str) -> None:

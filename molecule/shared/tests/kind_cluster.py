@@ -117,3 +117,14 @@ def wait_for_state(job_id: int, wanted: set[str], timeout_s: float = 120) -> dic
 def slurm_nodes() -> dict[str, dict[str, Any]]:
     """Slurm's nodes by name."""
     return {node["name"]: node for node in slurmrestd("GET", "nodes")["nodes"]}
+
+
+def wait(check: Any, timeout_s: float, what: str) -> Any:
+    """check()'s first true value, polled every half second; AssertionError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
+        time.sleep(0.5)

@@ -1,0 +1,157 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""KEDA scaling a NodeSet on Slurm's queue, on real kubelets: seconds per step, both paths.
+
+    HPCOPS_KIND_IMAGES=local molecule converge -s autoscale   # kind, monitoring, site.yml
+    .venv/bin/python benchmarks/autoscale_kind.py [--trials 3] [--paths prometheus,slurmctld]
+    molecule destroy -s autoscale
+
+Runs on the kind cluster of the autoscale scenario: the Slurm pool `hpc` is a StatefulSet
+NodeSet that KEDA scales between zero and one replica on the pending jobs of partition
+`batch`. Each trial starts at zero, submits one short job and measures, from the submission:
+the NodeSet scaled out (its replicas set by KEDA's HPA), the job running (slurmd pod started
+and registered); then, from the job's end (the queue empty): the NodeSet's replicas back at
+zero, and its slurmd pod gone. Each metric path (keda_metrics_source) is set with site.yml,
+as a site sets it: prometheus (slurmctld → ServiceMonitor → Prometheus → KEDA) and slurmctld
+(KEDA's metrics-api trigger on slurmctld's /metrics/partitions). KEDA's polling interval and
+cooldown, and the Prometheus scrape interval, are printed beside the figures: they bound them.
+The script leaves the site on the path it found, at zero replicas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+KIND_DIR = Path(os.environ.get("HPCOPS_KIND_DIR", REPO / ".kind"))
+BENCH_OBJECTS = "bench-autoscale"  # the Slinky Token and its Secret
+NAMESPACE = "slurm"
+PARTITION = "batch"
+JOB_S = 5
+STEPS = ("scaled_out", "job_running", "zero_replicas", "pod_gone")
+
+
+def kubectl(*args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        [str(KIND_DIR / "bin/kubectl"), "--kubeconfig", str(KIND_DIR / "kubeconfig"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def slurmrestd_url() -> str:
+    """The restapi Service's node port on the control plane (as inventories/kind has it)."""
+    port = kubectl("get", "svc", "-n", NAMESPACE, "slurm-restapi", "-o",
+                   "jsonpath={.spec.ports[0].nodePort}")  # fmt: skip
+    address = kubectl("get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o",
+                      "jsonpath={.items[0].status.addresses[?(@.type=='InternalIP')].address}")  # fmt: skip
+    return f"http://{address}:{port}"
+
+
+def ask_token() -> None:
+    """A Slinky Token of SlurmUser in a Secret (as the scenario's verify asks for one)."""
+    kubectl("apply", "-f", "-", stdin=f"""
+apiVersion: slinky.slurm.net/v1beta1
+kind: Token
+metadata: {{name: {BENCH_OBJECTS}, namespace: {NAMESPACE}}}
+spec:
+  username: slurm
+  lifetime: 2h
+  jwtHs256KeyRef: {{name: slurm-jwt-key, key: jwt_hs256.key}}
+  secretRef: {{name: {BENCH_OBJECTS}-token, key: auth-token}}
+""")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while subprocess.run(
+        [str(KIND_DIR / "bin/kubectl"), "--kubeconfig", str(KIND_DIR / "kubeconfig"),
+         "get", "secret", "-n", NAMESPACE, f"{BENCH_OBJECTS}-token"],
+        capture_output=True, check=False,
+    ).returncode:  # fmt: skip
+        if time.monotonic() > deadline:
+            raise SystemExit("the operator made no token Secret in 60 s")
+        time.sleep(1)
+
+
+def trial(autoscale: types.ModuleType, path: str) -> dict[str, float]:
+    """One trip from zero and back; seconds of each step."""
+    loop = autoscale.Loop(autoscale.nodeset_name())
+    loop.submit(PARTITION, [JOB_S])
+    loop.wait_scaled_out()
+    loop.wait_first_running()
+    loop.wait_done(loop.jobs)
+    ended = time.monotonic()
+    autoscale.wait(lambda: autoscale.replicas(loop.nodeset) == 0, 300, "replicas back at zero")
+    zero = time.monotonic() - ended
+    autoscale.wait_at_zero(loop.nodeset)
+    gone = time.monotonic() - ended
+    figures = {
+        "scaled_out": loop.seconds["scaled_out"],
+        "job_running": loop.seconds["first_job_running"],
+        "zero_replicas": round(zero, 1),
+        "pod_gone": round(gone, 1),
+    }
+    print(f"  {path} trial: {figures}", flush=True)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--paths", default="prometheus,slurmctld")
+    args = parser.parse_args()
+    if not (KIND_DIR / "kubeconfig").exists():
+        print("no kind cluster: run `molecule converge -s autoscale` first", file=sys.stderr)
+        return 2
+    os.environ["KUBECONFIG"] = str(KIND_DIR / "kubeconfig")
+    os.environ["PATH"] = f"{KIND_DIR / 'bin'}:{os.environ['PATH']}"
+    os.environ.update(
+        HPCOPS_KIND_SLURMRESTD=slurmrestd_url(),
+        HPCOPS_KIND_TOKEN_SECRET=f"{BENCH_OBJECTS}-token",
+        HPCOPS_KIND_SLURM_NAMESPACE=NAMESPACE,
+    )
+    sys.path.insert(0, str(REPO / "molecule/shared/tests"))
+    import kind_autoscale as autoscale  # noqa: PLC0415 - reads the environment set above
+
+    ask_token()
+    found = autoscale.metric_path()
+    results: dict[str, list[dict[str, float]]] = {}
+    timing: dict[str, dict[str, int]] = {}
+    try:
+        for path in args.paths.split(","):
+            if autoscale.metric_path() != path:
+                took = autoscale.switch_metric_path(path)
+                print(f"site.yml with keda_metrics_source={path}: {took:.0f} s", flush=True)
+            timing[path] = autoscale.keda_timing()
+            results[path] = [trial(autoscale, path) for _ in range(args.trials)]
+    finally:
+        if autoscale.metric_path() != found:
+            autoscale.switch_metric_path(found)
+        kubectl("delete", "token", "-n", NAMESPACE, BENCH_OBJECTS, "--ignore-not-found")
+    scrape = kubectl("get", "servicemonitor", "-n", NAMESPACE, "-o",
+                     "jsonpath={.items[0].spec.endpoints[0].interval}")  # fmt: skip
+    print(f"\nmedian (max) seconds over {args.trials} trials; a {JOB_S} s job at zero replicas")
+    print(f"{'path':<11}" + "".join(f"{step:>18}" for step in STEPS) + "   KEDA")
+    for path, figures in results.items():
+        cells = [
+            f"{statistics.median(f[step] for f in figures):.1f} ({max(f[step] for f in figures):.1f})"
+            for step in STEPS
+        ]
+        keda = f"polling {timing[path]['polling_s']} s, cooldown {timing[path]['cooldown_s']} s"
+        if path == "prometheus":
+            keda += f", scrape {scrape}"
+        print(f"{path:<11}" + "".join(f"{cell:>18}" for cell in cells) + f"   {keda}")
+    print("scaled_out, job_running: from submission; zero_replicas, pod_gone: from the job's end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
