@@ -4,7 +4,7 @@
 """KEDA scaling a NodeSet on Slurm's queue, on real kubelets: seconds per step, both paths.
 
     HPCOPS_KIND_IMAGES=local molecule converge -s autoscale   # kind, monitoring, site.yml
-    .venv/bin/python benchmarks/autoscale_kind.py [--trials 3] [--paths prometheus,slurmctld]
+    HPCOPS_KIND_IMAGES=local .venv/bin/python benchmarks/autoscale_kind.py [--trials 3]
     molecule destroy -s autoscale
 
 Runs on the kind cluster of the autoscale scenario: the Slurm pool `hpc` is a StatefulSet
@@ -108,6 +108,10 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--paths", default="prometheus,slurmctld")
     args = parser.parse_args()
+    if "HPCOPS_KIND_IMAGES" not in os.environ:
+        # Switching paths runs site.yml on inventories/kind, which must find the same charts.
+        print("set HPCOPS_KIND_IMAGES as for `molecule converge`", file=sys.stderr)
+        return 2
     if not (KIND_DIR / "kubeconfig").exists():
         print("no kind cluster: run `molecule converge -s autoscale` first", file=sys.stderr)
         return 2
@@ -131,7 +135,7 @@ def main() -> int:
                 took = autoscale.switch_metric_path(path)
                 print(f"site.yml with keda_metrics_source={path}: {took:.0f} s", flush=True)
             timing[path] = autoscale.keda_timing()
-            results[path] = [trial(autoscale, path) for _ in range(args.trials)]
+            results[path] = [trial(autoscale, path) for _trial in range(args.trials)]
     finally:
         if autoscale.metric_path() != found:
             autoscale.switch_metric_path(found)

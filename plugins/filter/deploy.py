@@ -30,6 +30,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluste
     ConfigError,
     autoscaling,
     build_values,
+    controller_metrics_url,
     nodeset_object_name,
 )
 
@@ -67,14 +68,22 @@ def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.An
 def slurm_cluster_autoscaling(
     settings: t.Any, nodes: t.Any = None, release: str = "slurm", namespace: str = "slurm"
 ) -> list[dict[str, t.Any]]:
-    """The NodeSets whose pools ask for autoscaling, with partition and replica bounds."""
+    """The NodeSets whose pools ask for autoscaling, with partition and replica bounds, and
+    where slurmctld serves the metrics that drive them (so the keda role guesses nothing)."""
     _cluster_inputs("slurm_cluster_autoscaling", settings, nodes)
     try:
         scaled = autoscaling(settings, nodes)
+        values = settings.get("values") or {}
+        metrics_url = controller_metrics_url(release, namespace, values) if scaled else ""
     except ConfigError as err:
         raise AnsibleFilterError(str(err)) from None
     return [
-        {**entry, "name": nodeset_object_name(release, entry["nodeset"]), "namespace": namespace}
+        {
+            **entry,
+            "name": nodeset_object_name(release, entry["nodeset"]),
+            "namespace": namespace,
+            "metrics_url": metrics_url,
+        }
         for entry in scaled
     ]
 

@@ -76,6 +76,13 @@ def example_nodes() -> list[dict[str, t.Any]]:
 
 # The example's own release line, and the other line the roles build values for.
 LINE_OVERRIDES = {"1.2": {}, "1.1": {"slinky_version": "1.1.2"}}
+# The example read by KEDA straight from slurmctld, with a token (Slurm 26.05
+# MetricsAuthUsers), instead of through its Prometheus.
+SLURMCTLD_OVERRIDES = {
+    "keda_metrics_source": "slurmctld",
+    "keda_prometheus_url": "",
+    "keda_slurmctld_token_secret": {"name": "slurmctld-metrics-token", "key": "token"},
+}
 
 
 def build(overrides: dict[str, t.Any]) -> dict[str, t.Any]:
@@ -96,6 +103,8 @@ def build(overrides: dict[str, t.Any]) -> dict[str, t.Any]:
         override_file.write_text(yaml.safe_dump(overrides))
         dump = {role: f"{{{{ {fact} }}}}" for role, fact in ROLES.items()}
         dump["scaled_objects"] = "{{ _keda_scaled_objects }}"
+        # What the keda role applies, in its order: TriggerAuthentications, ScaledObjects.
+        dump["keda_objects"] = "{{ _keda_trigger_authentications + _keda_scaled_objects }}"
         tasks.append(
             {
                 "name": "write the values",
@@ -134,6 +143,32 @@ def built_values_1_1() -> dict[str, t.Any]:
     return build(LINE_OVERRIDES["1.1"])
 
 
+@pytest.fixture(scope="module")
+def built_values_slurmctld() -> dict[str, t.Any]:
+    return build(SLURMCTLD_OVERRIDES)
+
+
+def compare_with_golden(key: str, built: t.Any, overrides: str = "") -> None:
+    golden = GOLDEN / f"{key}.yml"
+    header = CHECKED_AGAINST.get(key, CHECKED_AGAINST["keda"])
+    if os.environ.get("HPCOPS_UPDATE_GOLDEN"):
+        golden.write_text(
+            (f"# With {overrides}:\n" if overrides else "")
+            + "# Values hpcops.slinky builds for inventories/example; keys checked against\n"
+            f"# {header}.\n"
+            + yaml.dump(
+                built,
+                Dumper=IndentedDumper,
+                explicit_start=True,
+                sort_keys=True,
+                width=100,
+            )
+        )
+    assert built == yaml.safe_load(golden.read_text()), (
+        f"{key} values changed; compare with {golden} (HPCOPS_UPDATE_GOLDEN=1 rewrites it)"
+    )
+
+
 @pytest.mark.parametrize("name", [*ROLES, "scaled_objects", "slurm_cluster-1.1"])
 def test_values_match_golden_file(
     built_values: dict[str, t.Any], built_values_1_1: dict[str, t.Any], name: str
@@ -141,23 +176,25 @@ def test_values_match_golden_file(
     role, _sep, line = name.partition("-")
     key = f"{role}-{line or '1.2'}" if role == "slurm_cluster" else name
     built = built_values_1_1 if line == "1.1" else built_values
-    golden = GOLDEN / f"{key}.yml"
-    header = CHECKED_AGAINST.get(key, CHECKED_AGAINST["keda"])
-    if os.environ.get("HPCOPS_UPDATE_GOLDEN"):
-        golden.write_text(
-            f"# Values hpcops.slinky builds for inventories/example; keys checked against\n"
-            f"# {header}.\n"
-            + yaml.dump(
-                built[role],
-                Dumper=IndentedDumper,
-                explicit_start=True,
-                sort_keys=True,
-                width=100,
-            )
-        )
-    assert built[role] == yaml.safe_load(golden.read_text()), (
-        f"{key} values changed; compare with {golden} (HPCOPS_UPDATE_GOLDEN=1 rewrites it)"
+    compare_with_golden(key, built[role])
+
+
+def test_keda_objects_read_from_slurmctld_match_golden_file(
+    built_values_slurmctld: dict[str, t.Any],
+) -> None:
+    compare_with_golden(
+        "keda_objects-slurmctld",
+        built_values_slurmctld["keda_objects"],
+        "keda_metrics_source slurmctld and a token (SLURMCTLD_OVERRIDES), the keda role's objects",
     )
+
+
+def test_slurmctld_source_needs_no_service_monitor(
+    built_values_slurmctld: dict[str, t.Any],
+) -> None:
+    # slurmctld serves the metrics KEDA reads; nothing scrapes them.
+    metrics = built_values_slurmctld["slurm_cluster"]["controller"]["metrics"]
+    assert (metrics["enabled"], metrics["serviceMonitor"]["enabled"]) == (True, False)
 
 
 def test_autoscaled_nodeset_starts_at_its_minimum(built_values: dict[str, t.Any]) -> None:
@@ -167,5 +204,296 @@ def test_autoscaled_nodeset_starts_at_its_minimum(built_values: dict[str, t.Any]
     (scaled,) = built_values["scaled_objects"]
     assert scaled["spec"]["scaleTargetRef"]["name"] == "slurm-worker-gpu"
     assert scaled["spec"]["maxReplicaCount"] == 8
-    trigger = scaled["spec"]["triggers"][0]["metadata"]
-    assert trigger["query"] == 'sum(slurm_partition_jobs_pending{partition="gpu"})'
+    pending, widest = scaled["spec"]["triggers"]
+    assert pending["metadata"]["query"] == 'max(slurm_partition_jobs_pending{partition="gpu"})'
+    assert widest["metadata"]["query"] == (
+        'max(slurm_partition_jobs_max_job_nodes_nohold{partition="gpu"})'
+    )
+
+
+# One NodeSet as the slurm_cluster role lists it: pool hpc, partition batch, 0 to 2 replicas.
+HPC = {
+    "nodeset": "hpc",
+    "name": "slurm-worker-hpc",
+    "namespace": "slurm",
+    "partition": "batch",
+    "min_replicas": 0,
+    "max_replicas": 2,
+    "pending_jobs": 1,
+    "metrics_url": "http://slurm-controller.slurm.svc:6817/metrics/partitions",
+}
+PROMETHEUS = {"keda_prometheus_url": "http://prometheus-operated.monitoring.svc:9090"}
+SLURMCTLD = {"keda_metrics_source": "slurmctld"}
+TOKEN = {"keda_slurmctld_token_secret": {"name": "slurmctld-metrics-token", "key": "token"}}
+
+
+def keda_objects(cases: dict[str, dict[str, t.Any]]) -> dict[str, t.Any]:
+    """The keda role's objects (TriggerAuthentications, then ScaledObjects) per case, each
+    case the role's variables, from its `values` entry point alone."""
+    tasks: list[dict[str, t.Any]] = []
+    for name, variables in cases.items():
+        tasks += [
+            {
+                "name": f"objects of {name}",
+                "ansible.builtin.include_role": {
+                    "name": "hpcops.slinky.keda",
+                    "tasks_from": "values",
+                },
+                "vars": variables,
+            },
+            {
+                "name": f"keep {name}",
+                "ansible.builtin.set_fact": {
+                    "_objects": (
+                        "{{ _objects | default({}) | combine({"
+                        + json.dumps(name)
+                        + ": _keda_trigger_authentications + _keda_scaled_objects}) }}"
+                    )
+                },
+            },
+        ]
+    with tempfile.TemporaryDirectory(prefix="hpcops-keda-") as tmp:
+        out = Path(tmp) / "objects.json"
+        tasks.append(
+            {
+                "name": "write the objects",
+                "ansible.builtin.copy": {
+                    "content": "{{ _objects | to_nice_json }}",
+                    "dest": str(out),
+                    "mode": "0600",
+                },
+            }
+        )
+        run = run_play([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}])
+        assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
+        objects: dict[str, t.Any] = json.loads(out.read_text())
+    return objects
+
+
+def keda_failure(variables: dict[str, t.Any]) -> str:
+    """The message the keda role's `values` entry point stops with."""
+    run = run_play(
+        [
+            {
+                "hosts": "localhost",
+                "gather_facts": False,
+                "tasks": [
+                    {
+                        "name": "objects",
+                        "ansible.builtin.include_role": {
+                            "name": "hpcops.slinky.keda",
+                            "tasks_from": "values",
+                        },
+                        "vars": variables,
+                    }
+                ],
+            }
+        ]
+    )
+    assert run.failed, run.output[-2000:]
+    assert "Traceback" not in run.output
+    return " ".join(run.failures())
+
+
+@pytest.fixture(scope="module")
+def hpc_objects() -> dict[str, t.Any]:
+    floor = {"keda_scaled_nodesets": [{**HPC, "min_replicas": 1}]}
+    return keda_objects(
+        {
+            "prometheus": {"keda_scaled_nodesets": [HPC], **PROMETHEUS},
+            "slurmctld": {"keda_scaled_nodesets": [HPC], **SLURMCTLD},
+            "slurmctld-token": {"keda_scaled_nodesets": [HPC], **SLURMCTLD, **TOKEN},
+            # A token given for the Prometheus path is not used there.
+            "prometheus-floor": {**floor, **PROMETHEUS, **TOKEN},
+            "slurmctld-floor": {**floor, **SLURMCTLD},
+        }
+    )
+
+
+SCALED_HPC_HEAD = {
+    "apiVersion": "keda.sh/v1alpha1",
+    "kind": "ScaledObject",
+    "metadata": {
+        "name": "slurm-worker-hpc",
+        "namespace": "slurm",
+        "labels": {
+            "app.kubernetes.io/managed-by": "hpcops.slinky",
+            "app.kubernetes.io/part-of": "slurm",
+        },
+    },
+}
+SCALED_HPC_SPEC = {
+    "scaleTargetRef": {
+        "apiVersion": "slinky.slurm.net/v1beta1",
+        "kind": "NodeSet",
+        "name": "slurm-worker-hpc",
+    },
+    # Slinky's guide: idle at 0, at least 1 while jobs are pending.
+    "idleReplicaCount": 0,
+    "minReplicaCount": 1,
+    "maxReplicaCount": 2,
+    "pollingInterval": 30,
+    "cooldownPeriod": 300,
+    "advanced": {
+        "horizontalPodAutoscalerConfig": {
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}}
+        }
+    },
+}
+
+
+def test_prometheus_path_queries_the_partition_twice(hpc_objects: dict[str, t.Any]) -> None:
+    server = PROMETHEUS["keda_prometheus_url"]
+    assert hpc_objects["prometheus"] == [
+        {
+            **SCALED_HPC_HEAD,
+            "spec": {
+                **SCALED_HPC_SPEC,
+                "triggers": [
+                    {
+                        "name": "pending-jobs",
+                        "type": "prometheus",
+                        "metricType": "Value",
+                        "metadata": {
+                            "serverAddress": server,
+                            "query": 'max(slurm_partition_jobs_pending{partition="batch"})',
+                            "threshold": "1",
+                        },
+                    },
+                    {
+                        "name": "widest-pending-job",
+                        "type": "prometheus",
+                        "metricType": "AverageValue",
+                        "metadata": {
+                            "serverAddress": server,
+                            "query": (
+                                'max(slurm_partition_jobs_max_job_nodes_nohold{partition="batch"})'
+                            ),
+                            "threshold": "1",
+                        },
+                    },
+                ],
+            },
+        }
+    ]
+
+
+def test_slurmctld_path_reads_slurmctld_without_prometheus(
+    hpc_objects: dict[str, t.Any],
+) -> None:
+    url = HPC["metrics_url"]
+    assert hpc_objects["slurmctld"] == [
+        {
+            **SCALED_HPC_HEAD,
+            "spec": {
+                **SCALED_HPC_SPEC,
+                "triggers": [
+                    {
+                        "name": "pending-jobs",
+                        "type": "metrics-api",
+                        "metricType": "Value",
+                        "useCachedMetrics": True,
+                        "metadata": {
+                            "url": url,
+                            "format": "prometheus",
+                            "valueLocation": 'slurm_partition_jobs_pending{partition="batch"}',
+                            "targetValue": "1",
+                        },
+                    },
+                    {
+                        "name": "widest-pending-job",
+                        "type": "metrics-api",
+                        "metricType": "AverageValue",
+                        "useCachedMetrics": True,
+                        "metadata": {
+                            "url": url,
+                            "format": "prometheus",
+                            "valueLocation": (
+                                'slurm_partition_jobs_max_job_nodes_nohold{partition="batch"}'
+                            ),
+                            "targetValue": "1",
+                        },
+                    },
+                ],
+            },
+        }
+    ]
+
+
+def test_slurmctld_token_goes_through_a_trigger_authentication(
+    hpc_objects: dict[str, t.Any],
+) -> None:
+    auth, scaled = hpc_objects["slurmctld-token"]
+    assert auth == {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "TriggerAuthentication",
+        "metadata": {
+            "name": "hpcops-slinky-slurmctld-metrics",
+            "namespace": "slurm",
+            "labels": {
+                "app.kubernetes.io/managed-by": "hpcops.slinky",
+                "app.kubernetes.io/part-of": "slurm",
+            },
+        },
+        "spec": {
+            "secretTargetRef": [
+                {"parameter": "token", "name": "slurmctld-metrics-token", "key": "token"}
+            ]
+        },
+    }
+    for trigger in scaled["spec"]["triggers"]:
+        assert trigger["metadata"]["authMode"] == "bearer"
+        assert trigger["authenticationRef"] == {"name": "hpcops-slinky-slurmctld-metrics"}
+    # Without a token, neither.
+    (untokened,) = hpc_objects["slurmctld"]
+    assert not any(
+        "authenticationRef" in trigger or "authMode" in trigger["metadata"]
+        for trigger in untokened["spec"]["triggers"]
+    )
+
+
+def test_a_floor_of_replicas_has_no_idle_count(hpc_objects: dict[str, t.Any]) -> None:
+    # KEDA refuses idleReplicaCount >= minReplicaCount; a floor holds while nothing is
+    # pending, and KEDA's webhook would warn that pollingInterval and cooldownPeriod are not
+    # used (pollingInterval still is where the metrics are cached, on the slurmctld path).
+    (prometheus,) = hpc_objects["prometheus-floor"]
+    (_auth, slurmctld) = (None, *hpc_objects["slurmctld-floor"])
+    for scaled in (prometheus, slurmctld):
+        spec = scaled["spec"]
+        assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 2)
+        assert "idleReplicaCount" not in spec and "cooldownPeriod" not in spec
+    assert "pollingInterval" not in prometheus["spec"]
+    assert slurmctld["spec"]["pollingInterval"] == 30
+
+
+@pytest.mark.parametrize(
+    ("variables", "words"),
+    [
+        (
+            {"keda_scaled_nodesets": [HPC], "keda_metrics_source": "influxdb"},
+            ["keda_metrics_source", "influxdb", "prometheus, slurmctld"],
+        ),
+        (
+            {"keda_scaled_nodesets": [HPC]},
+            ["keda_prometheus_url is empty", "slurm-worker-hpc", "keda_metrics_source"],
+        ),
+        (
+            {"keda_scaled_nodesets": [{**HPC, "metrics_url": ""}], **SLURMCTLD},
+            ["keda_scaled_nodesets", "slurm-worker-hpc", "metrics_url"],
+        ),
+        (
+            {
+                "keda_scaled_nodesets": [HPC],
+                **SLURMCTLD,
+                "keda_slurmctld_token_secret": {"name": "t"},
+            },
+            ["keda_slurmctld_token_secret", "{name: <Secret>, key: <key>}"],
+        ),
+    ],
+    ids=["unknown-source", "prometheus-without-url", "slurmctld-without-url", "token-without-key"],
+)
+def test_keda_settings_that_cannot_work_stop_the_run(
+    variables: dict[str, t.Any], words: list[str]
+) -> None:
+    message = keda_failure(variables)
+    assert all(word in message for word in words), message

@@ -217,6 +217,12 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "Prometheus",
     ),
     (
+        "unknown-keda-metrics-source",
+        {"keda_metrics_source": "influxdb"},
+        "keda_metrics_source",
+        "prometheus, slurmctld",
+    ),
+    (
         "backfill-tier-not-below-batch",
         {"slurm_cluster_backfill": {**BACKFILL, "priority_tier": 10}},
         "slurm_cluster_backfill.priority_tier",

@@ -452,10 +452,12 @@ def test_keda_scales_the_burst_nodeset_on_pending_jobs(deployed: t.Any) -> None:
         "kind": "NodeSet",
         "name": "slurm-worker-burst",
     }
-    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (0, 2)
-    assert spec["triggers"][0]["metadata"]["query"] == (
-        'sum(slurm_partition_jobs_pending{partition="batch"})'
-    )
+    # min_replicas 0 as Slinky's guide writes it: idle at 0, at least 1 while jobs wait.
+    assert (spec["idleReplicaCount"], spec["minReplicaCount"], spec["maxReplicaCount"]) == (0, 1, 2)
+    assert [trigger["metadata"]["query"] for trigger in spec["triggers"]] == [
+        'max(slurm_partition_jobs_pending{partition="batch"})',
+        'max(slurm_partition_jobs_max_job_nodes_nohold{partition="batch"})',
+    ]
     # The NodeSet starts at the minimum; KEDA owns the count from there.
     assert custom_resources(deployed, "nodesets")["slurm-worker-burst"]["spec"]["replicas"] == 0
 

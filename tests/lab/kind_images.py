@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import k8s_binaries
+import yaml
 from docker_engine import DOCKER
 from toolbox import CACHE_DIR as LAB_CACHE_DIR
 from toolbox import (
@@ -689,18 +690,15 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     charts = {**k8s_binaries.slinky_charts(), **addon_charts()}
     links = {f"bin/{name}": path for name, path in binaries.items()}
     links.update({f"charts/{name}.tgz": path for name, path in charts.items()})
-    links.update(
-        {
-            f"prometheus-operator/{path.name}": path
-            for path in k8s_binaries.prometheus_operator_manifests()
-        }
-    )
     for sub in ("bin", "charts", "keda-crds", "prometheus-operator"):
         shutil.rmtree(CHECKOUT_DIR / sub, ignore_errors=True)
     for sub in ("bin", "charts", "prometheus-operator"):
         (CHECKOUT_DIR / sub).mkdir(parents=True)
     for relative, target in links.items():
         (CHECKOUT_DIR / relative).symlink_to(target)
+    for path in k8s_binaries.prometheus_operator_manifests():
+        target = CHECKOUT_DIR / "prometheus-operator" / f"{path.stem}.json"
+        target.write_text(json.dumps(manifest_as_json(path)))
     cert_manager = CHECKOUT_DIR / "cert-manager-version"
     if "cert-manager" in charts:
         cert_manager.write_text(k8s_binaries.CERT_MANAGER_BUILD_VERSION + "\n")
@@ -725,6 +723,19 @@ def stage_checkout(refs: dict[str, str]) -> Path:
         f"kind runs Slinky {SLINKY_VERSION}, from {k8s_binaries.slinky_origin('v' + SLINKY_VERSION)}"
     )
     return CHECKOUT_DIR
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """YAML 1.1's `=` (the "value" type) read as the string it is in Kubernetes' YAML: the
+    Prometheus operator's CRDs have `- =` in an enum, which PyYAML refuses."""
+
+
+_ManifestLoader.add_constructor("tag:yaml.org,2002:value", _ManifestLoader.construct_yaml_str)
+
+
+def manifest_as_json(path: Path) -> object:
+    """One manifest, as JSON that kubernetes.core's YAML reader takes as it is."""
+    return yaml.load(path.read_text(), Loader=_ManifestLoader)  # noqa: S506 - a SafeLoader
 
 
 def addon_charts() -> dict[str, Path]:

@@ -675,6 +675,45 @@ def nodeset_object_name(release: str, key: str) -> str:
     return f"{release}-worker-{key}"
 
 
+# The slurm chart's name (its `slurm.fullname` helper) and slurmctld's port when the values
+# set none (`slurm.controller.port`; the operator's common.SlurmctldPort).
+CHART_NAME = "slurm"
+SLURMCTLD_PORT = 6817
+
+
+def _chart_fullname(release: str, values: Mapping[str, t.Any]) -> str:
+    """`slurm.fullname` of the chart: fullnameOverride, else the release when it holds the
+    chart's name, else <release>-<name>; cut to 63 characters without a trailing dash."""
+    override = str(values.get("fullnameOverride") or "")
+    if override:
+        return override[:63].rstrip("-")
+    name = str(values.get("nameOverride") or CHART_NAME)
+    fullname = release if name in release else f"{release}-{name}"
+    return fullname[:63].rstrip("-")
+
+
+def controller_metrics_url(release: str, namespace: str, values: Mapping[str, t.Any]) -> str:
+    """Where slurmctld serves its partitions' OpenMetrics inside the cluster.
+
+    The operator names the Controller's Service `<Controller name>-controller` (Controller
+    ServiceKey), the chart names the Controller `slurm.fullname`, and the Service listens on
+    `controller.service.port` (default 6817), in the chart's namespace.
+    """
+    values = _mapping(values, "slurm_cluster_values")
+    controller = _mapping(values.get("controller"), "slurm_cluster_values.controller")
+    service = _mapping(controller.get("service"), "slurm_cluster_values.controller.service")
+    port = _count(
+        service.get("port") or SLURMCTLD_PORT,
+        "slurm_cluster_values.controller.service.port",
+        1,
+        65535,
+        "give the port of slurmctld's Service, for example 6817",
+    )
+    namespace = str(values.get("namespaceOverride") or namespace)
+    host = f"{_chart_fullname(release, values)}-controller.{namespace}.svc"
+    return f"http://{host}:{port}/metrics/partitions"
+
+
 def autoscaling(
     settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
 ) -> list[dict[str, t.Any]]:

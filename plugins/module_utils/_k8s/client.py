@@ -13,6 +13,7 @@ one exception the modules report cleanly, and its objects into plain dicts.
 from __future__ import annotations
 
 import base64
+import json
 import typing as t
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
@@ -30,9 +31,19 @@ except ImportError:  # the collection, or the kubernetes Python library, is miss
     HAS_KUBERNETES_CORE = False
 
 try:
-    from kubernetes.dynamic.exceptions import DynamicApiError
+    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
 except ImportError:
     DynamicApiError = Exception  # only caught below
+    ResourceNotFoundError = Exception
+
+# The apiserver did not answer at all (urllib3 comes with the kubernetes library).
+TRANSPORT_ERRORS: tuple[type[Exception], ...]
+try:
+    from urllib3.exceptions import HTTPError as _TransportError
+
+    TRANSPORT_ERRORS = (_TransportError,)
+except ImportError:
+    TRANSPORT_ERRORS = ()
 
 
 class KubernetesError(Exception):
@@ -56,7 +67,7 @@ def kubernetes_client(kubeconfig: str | None = None, context: str | None = None)
     }
     try:
         return get_api_client(**auth)
-    except CoreException as err:
+    except (CoreException, *TRANSPORT_ERRORS) as err:
         raise KubernetesError(f"cannot reach the cluster: {err}") from None
 
 
@@ -123,6 +134,49 @@ def write_object(client: t.Any, body: dict[str, t.Any], *, create: bool) -> dict
         raise KubernetesError(f"cannot write {body['kind']} {name}: {_reason(err)}") from None
     obj: dict[str, t.Any] = written.to_dict()
     return obj
+
+
+class Refused(KubernetesError):
+    """The apiserver refused a request; `status` is its HTTP status (None when the API
+    has no such kind) and `message` its own words, which name a webhook that refused."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+
+def dry_run_create(client: t.Any, body: dict[str, t.Any]) -> dict[str, t.Any]:
+    """Create `body` as a server-side dry run: the apiserver runs defaulting, the schema and
+    every admission webhook, and stores nothing. The object it would store; Refused when
+    it would not."""
+    meta = body["metadata"]
+    try:
+        resource = client.resource(body["kind"], body["apiVersion"])
+        created = client.create(resource, body, namespace=meta.get("namespace"), dry_run="All")
+    except ResourceNotFoundError:
+        raise Refused(None, f"the API has no {body['kind']} in {body['apiVersion']}") from None
+    except TRANSPORT_ERRORS as err:
+        raise Refused(None, f"cannot reach the apiserver: {err}") from None
+    except (CoreException, DynamicApiError) as err:
+        raise Refused(_status(err), _api_message(err)) from None
+    obj: dict[str, t.Any] = created.to_dict()
+    return obj
+
+
+def _api_message(err: Exception) -> str:
+    """The message of the Status the apiserver answered with, else the error's text."""
+    body = getattr(err, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            status = json.loads(body)
+        except ValueError:
+            return body
+        message = status.get("message") if isinstance(status, dict) else None
+        return str(message) if message else body
+    return str(err)
 
 
 def apply_object(client: t.Any, body: dict[str, t.Any], field_manager: str) -> dict[str, t.Any]:

@@ -7,6 +7,7 @@ import typing as t
 
 import pytest
 
+from ansible_collections.hpcops.slinky.plugins.filter.deploy import slurm_cluster_autoscaling
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
@@ -15,6 +16,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluste
     ConfigError,
     build_values,
     cgroup_conf,
+    controller_metrics_url,
     gres_type,
     mcs_settings,
 )
@@ -451,3 +453,57 @@ def test_priority_tier_zero_reaches_slurm_conf() -> None:
     )
     assert site["controller"]["extraConfMap"]["MaxArraySize"] == "0"
     assert site["controller"]["extraConfMap"]["EnforcePartLimits"] == "NO"
+
+
+@pytest.mark.parametrize(
+    ("release", "values", "url"),
+    [
+        # The chart's slurm.fullname: the release when it holds "slurm", else <release>-slurm.
+        ("slurm", {}, "http://slurm-controller.slurm.svc:6817/metrics/partitions"),
+        ("hpc-slurm", {}, "http://hpc-slurm-controller.slurm.svc:6817/metrics/partitions"),
+        ("prod", {}, "http://prod-slurm-controller.slurm.svc:6817/metrics/partitions"),
+        (
+            "prod",
+            {"nameOverride": "hpc"},
+            "http://prod-hpc-controller.slurm.svc:6817/metrics/partitions",
+        ),
+        (
+            "prod",
+            {"fullnameOverride": "site", "namespaceOverride": "batch"},
+            "http://site-controller.batch.svc:6817/metrics/partitions",
+        ),
+        (
+            "slurm",
+            {"controller": {"service": {"port": 16817}}},
+            "http://slurm-controller.slurm.svc:16817/metrics/partitions",
+        ),
+    ],
+)
+def test_metrics_url_is_where_the_operator_puts_slurmctlds_service(
+    release: str, values: dict[str, t.Any], url: str
+) -> None:
+    assert controller_metrics_url(release, "slurm", values) == url
+
+
+def test_a_bad_controller_port_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"slurm_cluster_values\.controller\.service\.port"):
+        controller_metrics_url("slurm", "slurm", {"controller": {"service": {"port": "http"}}})
+
+
+def test_each_autoscaled_nodeset_says_where_its_metrics_are() -> None:
+    pools = {
+        **SETTINGS["pools"],
+        "hpc": {**SETTINGS["pools"]["hpc"], "autoscale": {"max_replicas": 2}},
+    }
+    site = {**LINE_12, "pools": pools, "values": {"controller": {"service": {"port": 7000}}}}
+    (entry,) = slurm_cluster_autoscaling(site, NODES, release="hpc-slurm", namespace="hpc")
+    assert entry == {
+        "nodeset": "hpc",
+        "name": "hpc-slurm-worker-hpc",
+        "namespace": "hpc",
+        "partition": "batch",
+        "min_replicas": 0,
+        "max_replicas": 2,
+        "pending_jobs": 1,
+        "metrics_url": "http://hpc-slurm-controller.hpc.svc:7000/metrics/partitions",
+    }
