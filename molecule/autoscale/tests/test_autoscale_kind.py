@@ -26,6 +26,7 @@ from kind_autoscale import (
     replicas,
     slurm_node_of,
     switch_metric_path,
+    wait_for_scrapes,
 )
 from kind_cluster import configured, job, kubectl, wait
 
@@ -44,6 +45,7 @@ def report(path: str, loop: Loop) -> None:
 
 def test_prometheus_path_scales_out_and_a_long_job_keeps_its_node_through_scale_in() -> None:
     assert metric_path() == "prometheus"
+    wait_for_scrapes(PARTITION)
     loop = Loop(nodeset_name())
     loop.submit(PARTITION, [LONG_JOB_S, 2, 2])
     long_job, short_jobs = loop.jobs[0], loop.jobs[1:]

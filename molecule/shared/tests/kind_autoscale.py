@@ -8,9 +8,11 @@ ScaledObject, the NodeSet, its slurmd pods and the Slurm nodes they register.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from kind_cluster import (
     ENDED,
     NAMESPACE,
     job,
+    kubectl,
     kubectl_json,
     slurm_nodes,
     submit,
@@ -30,6 +33,8 @@ INVENTORY = REPO / "inventories" / "kind"
 CONVERGE = REPO / "molecule" / "shared" / "converge_autoscale.yml"
 # KEDA's trigger type on each metric path (keda_metrics_source).
 TRIGGER_TYPES = {"prometheus": "prometheus", "slurmctld": "metrics-api"}
+# Where the scenario runs the site's Prometheus (molecule/shared/tasks/kind_prometheus.yml).
+MONITORING = "monitoring"
 
 
 def scaled_object() -> dict[str, Any]:
@@ -101,6 +106,30 @@ def switch_metric_path(path: str) -> float:
 def keda_timing() -> dict[str, int]:
     spec = scaled_object()["spec"]
     return {"polling_s": int(spec["pollingInterval"]), "cooldown_s": int(spec["cooldownPeriod"])}
+
+
+def prometheus_has(series: str) -> bool:
+    """Whether the site's Prometheus has scraped `series` (a PromQL selector) yet."""
+    query = urllib.parse.quote(series)
+    answer = json.loads(
+        kubectl(
+            "get",
+            "--raw",
+            f"/api/v1/namespaces/{MONITORING}/services/prometheus-operated:web/proxy"
+            f"/api/v1/query?query={query}",
+        )
+    )
+    return bool(answer["data"]["result"])
+
+
+def wait_for_scrapes(partition: str, timeout_s: float = 300) -> float:
+    """Until Prometheus has the partition's pending jobs; seconds waited. A ServiceMonitor
+    just made reaches the scrape configuration only after the operator rewrote it and the
+    config reloader reloaded Prometheus: a minute or more (measured: up to 150 s)."""
+    started = time.monotonic()
+    selector = f'slurm_partition_jobs_pending{{partition="{partition}"}}'
+    wait(lambda: prometheus_has(selector), timeout_s, f"Prometheus scraping {selector}")
+    return time.monotonic() - started
 
 
 def wait_at_zero(nodeset: str, timeout_s: float = 300) -> None:
