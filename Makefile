@@ -212,6 +212,7 @@ benchmarks: setup
 	@echo "benchmarks/handover_reclaim.py needs the lab (make lab-up) and runs in it"
 	$(BIN)/python benchmarks/handover_reclaim.py
 	@echo "benchmarks/handover_kind.py needs the handover cluster: molecule converge -s handover (README)"
+	@echo "benchmarks/autoscale_kind.py needs the autoscale cluster: molecule converge -s autoscale (README)"
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .mypy_cache .ruff_cache tests/output
