@@ -21,8 +21,12 @@ recipe it was built from, so ``build`` rebuilds only what changed.
   Slurm node).
 * ``hpcops.local/slinky/slurm-operator:<release>``: the lab's operator build of its Slinky
   release (``k8s_binaries.LAB_SLINKY_VERSION``: 1.2.1 where the public sources are beside
-  the checkout, else what the Go module proxy serves); and
+  the checkout, else what the Go module proxy serves), and its admission webhook; and
   ``hpcops.local/library/busybox`` for the chart's log sidecars.
+* ``hpcops.local/jetstack/cert-manager-*:v1.21.1`` from cert-manager's release sources
+  (only where ``../shared/sources`` has them), ``hpcops.local/kedacore/*:2.20.2`` from
+  KEDA's module, ``hpcops.local/prometheus-operator/*:v0.85.0`` from its module, and
+  ``hpcops.local/prometheus/prometheus`` from Debian forky's package.
 
 CLI::
 
@@ -585,8 +589,9 @@ NONROOT = "65532:65532"
 
 
 def addon_images() -> list[Image]:
-    """cert-manager (when its release sources are here), KEDA, the Prometheus operator and
-    Debian's Prometheus: the components site.yml installs beside Slinky."""
+    """What site.yml installs beside Slinky: cert-manager (when its release sources are
+    here) and KEDA; and the site's monitoring the autoscale scenario installs first: the
+    Prometheus operator and Debian's Prometheus."""
     images = []
     if k8s_binaries.cert_manager_buildable():
         version = k8s_binaries.CERT_MANAGER_BUILD_VERSION
