@@ -321,6 +321,14 @@ def go_directive(go_mod: str) -> str:
     return match.group(1)
 
 
+def writable_copy(source: str | Path, tree: Path) -> None:
+    """Copy a read-only tree (module cache, unpacked archive) to tree, writable, for the
+    commands that write into it (go mod edit, go build -mod=mod, helm package)."""
+    shutil.copytree(source, tree)
+    for path in [tree, *tree.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+
+
 def go_install(binary: Binary, out: Path, package: str, ldflags: str = "-s -w") -> None:
     """`go install package@version` into a scratch GOBIN, then move the result to out."""
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as gobin:
@@ -409,9 +417,7 @@ def build_slinky_operator(binary: Binary, out: Path) -> None:
     log(f"slurm-operator {binary.version} from {slinky_origin(binary.version)}")
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
         tree = Path(scratch, "slurm-operator")
-        shutil.copytree(source, tree)
-        for path in tree.rglob("*"):
-            path.chmod(path.stat().st_mode | 0o200)
+        writable_copy(source, tree)
         replacement = slurm_client_replacement(wanted) if wanted else None
         if replacement:
             run_logged(
@@ -481,9 +487,7 @@ def slinky_charts(version: str = LAB_SLINKY_VERSION) -> dict[str, Path]:
     log_path = BUILD_LOG_DIR / f"slinky-charts-{version}.log"
     with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
         tree = Path(scratch, "helm")
-        shutil.copytree(slinky_operator_source(source) / "helm", tree)
-        for path in tree.rglob("*"):
-            path.chmod(path.stat().st_mode | 0o200)
+        writable_copy(slinky_operator_source(source) / "helm", tree)
         restore_vendor_templates(tree / "slurm")
         staged = Path(scratch, "packages")
         staged.mkdir()
@@ -522,23 +526,12 @@ def cert_manager_chart() -> Path:
     In the repository (and so in the module) Chart.yaml says v0.0.0; the release sets the
     version and appVersion (the image tag) when it packages the chart.
     """
-    out = CHARTS_DIR / f"cert-manager-{CERT_MANAGER_VERSION}.tgz"
-    if out.exists():
-        return out
-    helm = str(ensure(["helm"])["helm"])
     source = Path(go_mod_download(f"{CERT_MANAGER_MODULE}@{CERT_MANAGER_VERSION}")["Dir"])
-    CHARTS_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = BUILD_LOG_DIR / f"cert-manager-chart-{CERT_MANAGER_VERSION}.log"
-    with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
-        tree = Path(scratch, "cert-manager")
-        shutil.copytree(source / "deploy/charts/cert-manager", tree)
-        for path in [tree, *tree.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
-        version = ["--version", CERT_MANAGER_VERSION, "--app-version", CERT_MANAGER_VERSION]
-        run_logged([helm, "package", str(tree), *version, "--destination", scratch], log_path)
-        Path(scratch, out.name).rename(out)
-    log(f"packaged the cert-manager {CERT_MANAGER_VERSION} chart: {out}")
-    return out
+    return package_chart(
+        source / "deploy/charts/cert-manager",
+        f"cert-manager-{CERT_MANAGER_VERSION}",
+        ["--version", CERT_MANAGER_VERSION, "--app-version", CERT_MANAGER_VERSION],
+    )
 
 
 def keda_crds() -> list[Path]:
@@ -585,9 +578,7 @@ def build_cert_manager(binary: Binary, out: Path) -> None:
     )
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
         tree = Path(scratch, "cert-manager")
-        shutil.copytree(archive.unpacked(), tree)
-        for path in [tree, *tree.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
+        writable_copy(archive.unpacked(), tree)
         command = tree / "cmd" / program
         run_logged(
             ["go", "mod", "edit", f"-replace={VCERT_MODULE}={vcert}"], binary.build_log, cwd=command
@@ -619,9 +610,7 @@ def package_chart(folder: Path, name: str, flags: Sequence[str] = ()) -> Path:
     log_path = BUILD_LOG_DIR / f"{name}-chart.log"
     with tempfile.TemporaryDirectory(dir=CHARTS_DIR) as scratch:
         tree = Path(scratch, folder.name)
-        shutil.copytree(folder, tree)
-        for path in [tree, *tree.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
+        writable_copy(folder, tree)
         staged = Path(scratch, "out")
         staged.mkdir()
         run_logged([helm, "package", str(tree), *flags, "--destination", str(staged)], log_path)
@@ -689,9 +678,7 @@ def build_prometheus_operator(binary: Binary, out: Path) -> None:
     ]
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
         tree = Path(scratch, "prometheus-operator")
-        shutil.copytree(download["Dir"], tree)
-        for path in [tree, *tree.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
+        writable_copy(download["Dir"], tree)
         run_logged(["go", "mod", "edit", *drops], binary.build_log, cwd=tree)
         run_logged(
             ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags, "-o", str(out),

@@ -29,7 +29,9 @@ from typing import Any
 import pytest
 from kind_cluster import (
     ENDED,
+    INVENTORY,
     NAMESPACE,
+    REPO,
     configured,
     job,
     kubectl,
@@ -43,8 +45,6 @@ from kind_cluster import (
     wait_for_state,
 )
 
-REPO = Path(__file__).resolve().parents[3]
-INVENTORY = REPO / "inventories" / "kind"
 APP_IMAGE = os.environ.get("HPCOPS_KIND_APP_IMAGE", "")
 APPS = "apps"
 PREFIX = "hpcops.io"

@@ -19,7 +19,9 @@ from typing import Any
 
 from kind_cluster import (
     ENDED,
+    INVENTORY,
     NAMESPACE,
+    REPO,
     job,
     kubectl,
     kubectl_json,
@@ -28,8 +30,6 @@ from kind_cluster import (
     wait,
 )
 
-REPO = Path(__file__).resolve().parents[3]
-INVENTORY = REPO / "inventories" / "kind"
 CONVERGE = REPO / "molecule" / "shared" / "converge_autoscale.yml"
 # KEDA's trigger type on each metric path (keda_metrics_source).
 TRIGGER_TYPES = {"prometheus": "prometheus", "slurmctld": "metrics-api"}

@@ -15,8 +15,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parents[3]
+# The inventory the checks run the collection's playbooks with, as a user does.
+INVENTORY = REPO / "inventories" / "kind"
 NAMESPACE = os.environ.get("HPCOPS_KIND_SLURM_NAMESPACE", "slurm")
 SLURMRESTD = os.environ.get("HPCOPS_KIND_SLURMRESTD", "")
 TOKEN_SECRET = os.environ.get("HPCOPS_KIND_TOKEN_SECRET", "")
