@@ -105,6 +105,28 @@ options:
         type: str
         choices: [cordon, return]
         default: cordon
+      lend_when:
+        description:
+          - When a free, idle pool node is lent to Slurm.
+          - V(idle) lends every node idle O(policy.lend_min_idle_s) beyond the headroom,
+            whatever Slurm's queue holds.
+          - V(demand) lends only as many as the pending jobs of the lendable partitions need,
+            longest idle first. A job counts when it waits for resources or priority (not
+            held, not on a dependency or a begin time), each of its nodes fits a pool node's
+            CPUs, memory and GPUs, and its time limit fits a reclaim (within the partition's
+            grace, or requeue-able where the escalation is V(requeue)). It gives back lent
+            nodes idle in Slurm for O(policy.lend_min_idle_s) that no waiting job needs.
+        type: str
+        choices: [idle, demand]
+        default: idle
+        version_added: 0.1.0
+      demand_headroom:
+        description:
+          - With O(policy.lend_when=demand), nodes lent beyond what the waiting jobs need,
+            while any job waits.
+        type: int
+        default: 0
+        version_added: 0.1.0
 """
 
     # The options of the node work (module_utils/_handover/batch.py HANDOVER_WORK_SPEC),

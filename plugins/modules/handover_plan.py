@@ -99,6 +99,46 @@ lent:
   description: Pool nodes lent now.
   returned: always
   type: int
+slurm_demand:
+  description:
+    - "Slurm's side of the plan with O(policy.lend_when=demand): the pending jobs of the
+      lendable partitions and what lending would do for them. Null with V(idle), and when
+      the applications need nodes back first."
+  returned: always
+  type: dict
+  contains:
+    pending_jobs:
+      description: Pending jobs of the lendable partitions.
+      type: int
+    fitting_jobs:
+      description: Those a lent node would start (see O(policy.lend_when)).
+      type: int
+    nodes:
+      description: Free nodes the fitting jobs need lent, within the policy's limits.
+      type: int
+    lent_nodes_used:
+      description: Lent nodes idle in Slurm that waiting jobs will start on.
+      type: list
+      elements: str
+    unplaced_count:
+      description: Fitting jobs that did not get all their nodes within the limits.
+      type: int
+    unplaced_jobs:
+      description: The first few of them.
+      type: list
+      elements: int
+    skipped:
+      description: Pending jobs lending would not start, counted per reason, with a few job ids each.
+      type: list
+      elements: dict
+  sample:
+    pending_jobs: 3
+    fitting_jobs: 1
+    nodes: 1
+    lent_nodes_used: []
+    unplaced_count: 0
+    unplaced_jobs: []
+    skipped: [{reason: held, jobs: 2, examples: [41, 42]}]
 orphans:
   description:
     - Slurm nodes of the lendable NodeSets with no Kubernetes Node (it was deleted while lent),

@@ -14,7 +14,10 @@ description:
   - Reads the state of a Slurm cluster through slurmrestd, in one shape whatever the API
     version (v0.0.41 to v0.0.45) the server speaks.
   - Returns what O(gather) asks for; O(nodes), O(node_states), O(partitions),
-    O(job_states), O(users) and O(job_ids) narrow the nodes and jobs returned.
+    O(job_states), O(users) and O(job_ids) narrow the nodes and jobs returned, and O(query)
+    keeps only what the caller asks for of each.
+  - Jobs are read as slurmrestd sends them, one at a time (with the Python library ijson),
+    so with O(job_states) or O(query) only the jobs kept are ever held in memory.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
   - hpcops.slinky.slurmrestd.FROM_CLUSTER
@@ -59,8 +62,22 @@ options:
     description: Only these jobs.
     type: list
     elements: str
+  query:
+    description:
+      - A JMESPath expression per kind of item (V(nodes), V(jobs), V(partitions),
+        V(reservations)), applied to each item after the filters above.
+      - "The item is replaced by what the expression returns, and left out when it returns
+        null or false, so one expression both filters and picks fields, for example
+        V(state == 'PENDING' && {id: job_id, partition: partition})."
+      - Applied to each job as it is read, so the memory the module needs follows what the
+        query keeps, not the size of the queue.
+    type: dict
+    version_added: 0.1.0
 requirements:
   - python-hostlist (to filter by host lists)
+  - jmespath (for O(query))
+  - ijson (to read long job lists without holding them whole; without it they are decoded
+    at once)
 seealso:
   - module: hpcops.slinky.slurm_node
   - module: hpcops.slinky.slurm_job
@@ -93,6 +110,15 @@ EXAMPLES = r"""
     nodes: ["node[01-02]"]
     job_states: [running]
   register: running
+
+- name: Pending jobs of the backfill partition, their id and size only
+  hpcops.slinky.slurm_info:
+    url: "{{ slurmrestd_url }}"
+    gather: [jobs]
+    partitions: [backfill]
+    query:
+      jobs: "state == 'PENDING' && {id: job_id, nodes: node_count, cpus: cpus}"
+  register: backfill_queue
 """
 
 RETURN = r"""
@@ -130,7 +156,12 @@ nodes:
       cpus: 64
       real_memory: 256000
 jobs:
-  description: The jobs, with C(state), C(state_flags), C(nodes) (a host list), C(partition), C(user_name) and times.
+  description:
+    - The jobs, with C(state), C(state_flags), C(nodes) (a host list), C(partition),
+      C(user_name), times, and what each asks for (C(node_count), C(cpus),
+      C(cpus_per_node), C(memory_per_node) and C(memory_per_cpu) in MiB, C(tres_per_node),
+      C(tres_requested), C(hold), C(dependency)).
+    - With O(query), what its C(jobs) expression returns for each job kept.
   returned: when O(gather) has V(jobs)
   type: list
   elements: dict
@@ -146,6 +177,8 @@ reservations:
   elements: dict
 """
 
+import typing as t
+
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     failing_cleanly,
     slurm_client,
@@ -153,11 +186,35 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import
     token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import (
-    select_jobs,
+    SelectionError,
+    item_query,
+    job_filter,
     select_nodes,
 )
 
 GATHER_CHOICES = ["all", "ping", "diag", "nodes", "jobs", "partitions", "reservations"]
+QUERY_KEYS = ("nodes", "jobs", "partitions", "reservations")
+
+
+def queries(raw: dict[str, object] | None) -> dict[str, t.Callable[[dict[str, t.Any]], t.Any]]:
+    """The compiled query per kind of item; SelectionError names the key at fault."""
+    found = {}
+    for key, expression in (raw or {}).items():
+        if key not in QUERY_KEYS:
+            raise SelectionError(
+                f"query: {key!r} is not a kind of item; use {', '.join(QUERY_KEYS)}"
+            )
+        if not isinstance(expression, str) or not expression.strip():
+            raise SelectionError(f"query.{key}: give a JMESPath expression as a string")
+        found[key] = item_query(expression, f"query.{key}")
+    return found
+
+
+def queried(items: list[dict[str, t.Any]], query: t.Any) -> list[t.Any]:
+    """The items as the query makes them, without those it leaves out."""
+    if query is None:
+        return items
+    return [found for found in map(query, items) if found is not None]
 
 
 def main() -> None:
@@ -176,6 +233,7 @@ def main() -> None:
             job_states={"type": "list", "elements": "str"},
             users={"type": "list", "elements": "str"},
             job_ids={"type": "list", "elements": "str"},
+            query={"type": "dict"},
         )
         .create_ansible_module(supports_check_mode=True)
     )
@@ -184,33 +242,47 @@ def main() -> None:
     client = slurm_client(module, token_source_from_params(module))
     result: dict[str, object] = {"changed": False}
     with failing_cleanly(module, result):
+        query = queries(params["query"])
         result["api_version"] = client.api_version
         if "ping" in gather:
             result["ping"] = client.ping()
         if "diag" in gather:
             result["diag"] = client.diag()
         if "nodes" in gather:
-            result["nodes"] = select_nodes(
-                client.nodes(), params["nodes"], params["node_states"], params["partitions"]
+            result["nodes"] = queried(
+                select_nodes(
+                    client.nodes(), params["nodes"], params["node_states"], params["partitions"]
+                ),
+                query.get("nodes"),
             )
         if "jobs" in gather:
-            result["jobs"] = select_jobs(
-                client.jobs(),
+            passes = job_filter(
                 job_ids=params["job_ids"],
                 nodes=params["nodes"],
                 partitions=params["partitions"],
                 states=params["job_states"],
                 users=params["users"],
             )
+            job_query = query.get("jobs")
+
+            def keep(job: dict[str, t.Any]) -> t.Any:
+                if not passes(job):
+                    return None
+                return job_query(job) if job_query is not None else job
+
+            result["jobs"] = client.jobs(keep)
         if "partitions" in gather:
             wanted = set(params["partitions"] or [])
-            result["partitions"] = [
-                partition
-                for partition in client.partitions()
-                if not wanted or partition["name"] in wanted
-            ]
+            result["partitions"] = queried(
+                [
+                    partition
+                    for partition in client.partitions()
+                    if not wanted or partition["name"] in wanted
+                ],
+                query.get("partitions"),
+            )
         if "reservations" in gather:
-            result["reservations"] = client.reservations()
+            result["reservations"] = queried(client.reservations(), query.get("reservations"))
     module.exit_json(**result)
 
 

@@ -211,6 +211,58 @@ def test_autoscaled_nodeset_starts_at_its_minimum(built_values: dict[str, t.Any]
     )
 
 
+# The example's backfill without its max_time (8 hours), and a handover policy that cancels
+# backfill's jobs at the end of its grace, written as a site would template it.
+CANCELLING = {
+    "slurm_cluster_backfill": {"grace_time_s": 300, "priority_tier": 1},
+    "handover_policy": {
+        "partitions": {
+            "backfill": {
+                "grace_s": "{{ slurm_cluster_backfill.grace_time_s }}",
+                "escalation": "cancel",
+            }
+        }
+    },
+}
+
+
+def test_backfill_jobs_fit_the_grace_of_a_reclaim_that_cancels_them() -> None:
+    # The role reads the site's handover_policy (slurm_cluster_handover_policy).
+    conf = build(CANCELLING)["slurm_cluster"]["partitions"]["backfill"]["configMap"]
+    assert (conf["MaxTime"], conf["GraceTime"]) == ("0:05:00", "300")
+
+
+def test_a_backfill_max_time_longer_than_a_cancelling_grace_stops_the_run() -> None:
+    backfill = {**CANCELLING["slurm_cluster_backfill"], "max_time": "8:00:00"}
+    with tempfile.TemporaryDirectory(prefix="hpcops-golden-") as tmp:
+        override_file = Path(tmp) / "overrides.yml"
+        override_file.write_text(yaml.safe_dump({**CANCELLING, "slurm_cluster_backfill": backfill}))
+        run = run_play(
+            [
+                {
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars_files": [*(str(path) for path in EXAMPLE_VARS), str(override_file)],
+                    "vars": {"_slurm_cluster_nodes": {"resources": example_nodes()}},
+                    "tasks": [
+                        {
+                            "name": "values",
+                            "ansible.builtin.include_role": {
+                                "name": "hpcops.slinky.slurm_cluster",
+                                "tasks_from": "values",
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    assert run.failed, run.output[-2000:]
+    assert "Traceback" not in run.output
+    message = " ".join(run.failures())
+    assert "slurm_cluster_backfill.max_time: '8:00:00' is longer than" in message, message
+    assert "at most 0:05:00" in message, message
+
+
 # One NodeSet as the slurm_cluster role lists it: pool hpc, partition batch, 0 to 2 replicas.
 HPC = {
     "nodeset": "hpc",

@@ -72,6 +72,18 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "finite",
     ),
     (
+        # Jobs of up to 4 hours on lent nodes whose reclaim cancels them after 30 s.
+        "backfill-time-longer-than-a-cancelling-grace",
+        {
+            "slurm_cluster_backfill": BACKFILL,
+            "handover_policy": {
+                "partitions": {"backfill": {"grace_s": 30, "escalation": "cancel"}}
+            },
+        },
+        "slurm_cluster_backfill.max_time",
+        "at most 0:01:00",
+    ),
+    (
         "cgroup-key-removed-from-slurm",
         {"slurm_cluster_cgroup": {"CgroupAutomount": True}},
         "slurm_cluster_cgroup.CgroupAutomount",

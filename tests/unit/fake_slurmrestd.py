@@ -44,8 +44,12 @@ class FakeResponse:
     def getcode(self) -> int:
         return self.status
 
-    def read(self) -> bytes:
-        return self._payload
+    def read(self, size: int = -1) -> bytes:
+        """The body, or its next `size` bytes (a streamed read)."""
+        if size < 0:
+            return self._payload
+        chunk, self._payload = self._payload[:size], self._payload[size:]
+        return chunk
 
 
 def _encode(body: t.Any) -> bytes:

@@ -33,6 +33,16 @@ SLURM_TIME_RE = re.compile(
 )
 
 POOL_KINDS = ("dedicated", "lendable")
+# What the handover does, at a reclaim's deadline, to the jobs still on a lent node: the
+# handover's ESCALATIONS (_handover/model.py; a unit test keeps them alike, since _deploy
+# imports nothing of the handover's).
+REQUEUE, CANCEL, WAIT = "requeue", "cancel", "wait"
+ESCALATIONS = (REQUEUE, CANCEL, WAIT)
+# The backfill partition's MaxTime where the site gives none and jobs are requeued.
+BACKFILL_MAX_TIME = "4:00:00"
+BACKFILL_MAX_TIME_VAR = "slurm_cluster_backfill.max_time"
+# The handover's default_grace_s when the site's handover_policy gives none.
+HANDOVER_DEFAULT_GRACE_S = 300
 SCALING_MODES = ("StatefulSet", "DaemonSet")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -531,6 +541,151 @@ def _partition_config(value: t.Any, variable: str) -> dict[str, t.Any]:
     return config
 
 
+def slurm_time_minutes(text: str) -> int:
+    """The minutes of a finite Slurm time, as slurmctld counts them (seconds rounded up).
+
+    Slurm's forms: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+    days-hours:minutes and days-hours:minutes:seconds.
+    """
+    days, dash, rest = str(text).partition("-")
+    if not dash:
+        days, rest = "0", days
+    parts = [int(part) for part in rest.split(":")]
+    if dash:
+        hours, minutes, seconds = (*parts, 0, 0)[:3]
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, (minutes, seconds) = 0, (*parts, 0)[:2]
+    total_s = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    return -(-total_s // 60)
+
+
+def slurm_time(minutes: int) -> str:
+    """A Slurm time of whole minutes, written as the role writes MaxTime ('4:00:00')."""
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:00"
+    return f"{hours}:{minutes:02d}:00"
+
+
+def _seconds(value: t.Any, variable: str) -> int:
+    """Whole seconds >= 0; a template gives them as a string ("300")."""
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            variable, f"{value!r} is not a number of seconds >= 0", "give seconds, for example 300"
+        )
+    return value
+
+
+def _escalation(value: t.Any, variable: str) -> str:
+    if isinstance(value, str) and value in ESCALATIONS:
+        return value
+    raise ConfigError(
+        variable, f"{value!r} is not a known escalation", f"use one of {', '.join(ESCALATIONS)}"
+    )
+
+
+def backfill_escalation(policy: t.Any, grace_s: int) -> tuple[str, str]:
+    """What a reclaim does to backfill's jobs still there after the grace, and the variable
+    that says so; ConfigError where the handover's grace of backfill is not grace_s, the
+    partition's GraceTime (slurm_cluster_backfill.grace_time_s).
+
+    Read as the handover role reads its policy: its handover_policy_defaults combined key by
+    key with the site's handover_policy. The defaults name backfill with grace_time_s and
+    requeue; a site's `partitions` replaces them whole, and there a partition it leaves out,
+    or a field one leaves out, takes default_grace_s and default_escalation.
+    """
+    policy = _mapping(policy, "handover_policy")
+    default_var = "handover_policy.default_escalation"
+    default = _escalation(policy.get("default_escalation", REQUEUE), default_var)
+    if "partitions" not in policy:
+        return REQUEUE, "handover_policy.partitions.backfill.escalation"
+    var = "handover_policy.partitions.backfill"
+    partitions = _mapping(policy["partitions"], "handover_policy.partitions")
+    entry = _mapping(partitions.get("backfill"), var)
+    grace_var = "slurm_cluster_backfill.grace_time_s"
+    equal = f'make them equal, for example grace_s: "{{{{ {grace_var} }}}}"'
+    if "grace_s" in entry:
+        grace = _seconds(entry["grace_s"], f"{var}.grace_s")
+        if grace != grace_s:
+            raise ConfigError(
+                f"{var}.grace_s",
+                f"{grace} s is not {grace_var} ({grace_s} s), the backfill partition's "
+                "GraceTime: the handover would give its jobs another grace than Slurm does",
+                f"{equal}; leaving grace_s out gives backfill handover_policy.default_grace_s",
+            )
+    else:
+        grace = _seconds(
+            policy.get("default_grace_s", HANDOVER_DEFAULT_GRACE_S),
+            "handover_policy.default_grace_s",
+        )
+        if grace != grace_s:
+            raise ConfigError(
+                f"{var}.grace_s",
+                f"is not given, so the handover gives backfill's jobs "
+                f"handover_policy.default_grace_s ({grace} s), not {grace_var} ({grace_s} s), "
+                "the partition's GraceTime",
+                equal,
+            )
+    if "escalation" in entry:
+        return _escalation(entry["escalation"], f"{var}.escalation"), f"{var}.escalation"
+    return default, default_var
+
+
+def _grace_minutes(grace_s: int) -> int:
+    """The grace as a MaxTime: whole minutes, rounded up (as slurmctld rounds), at least 1."""
+    return max(1, -(-grace_s // 60))
+
+
+def _check_fits_grace(
+    max_time: str, var: str, grace_s: int, escalation: str, escalation_var: str
+) -> None:
+    """Where a reclaim cancels or waits for backfill's jobs, they must fit its grace."""
+    if escalation == REQUEUE:
+        return
+    limit = _grace_minutes(grace_s)
+    if max_time not in ("UNLIMITED", "INFINITE") and slurm_time_minutes(max_time) <= limit:
+        return
+    fate = (
+        "be cancelled"
+        if escalation == CANCEL
+        else "hold their node past its grace (the reclaim waits for them)"
+    )
+    raise ConfigError(
+        var,
+        f"{max_time!r} is longer than the grace of a reclaim ({grace_s} s) and "
+        f"{escalation_var} is {escalation}: at every reclaim, jobs longer than the grace "
+        f"would {fate}",
+        f"shorten {var.rpartition('.')[2]} to at most {slurm_time(limit)}"
+        + (" (or leave it out: the grace is the default)" if var == BACKFILL_MAX_TIME_VAR else "")
+        + f", or use escalation {REQUEUE}, which requeues them",
+    )
+
+
+def _backfill_max_time(
+    backfill: Mapping[str, t.Any], grace_s: int, escalation: str, escalation_var: str
+) -> str:
+    """backfill's MaxTime: the site's, or 4 hours, where a reclaim requeues its jobs; where
+    it cancels or waits for them, at most the grace (else each reclaim loses them, or they
+    hold the node past its grace), and the grace by default."""
+    var = BACKFILL_MAX_TIME_VAR
+    if escalation != REQUEUE and "max_time" not in backfill:
+        return slurm_time(_grace_minutes(grace_s))
+    max_time = str(backfill.get("max_time", BACKFILL_MAX_TIME))
+    if not SLURM_TIME_RE.match(max_time) or max_time in ("UNLIMITED", "INFINITE"):
+        raise ConfigError(
+            var,
+            f"{max_time!r} is not a finite Slurm time",
+            "lent nodes come back: give a limit such as '4:00:00'",
+        )
+    _check_fits_grace(max_time, var, grace_s, escalation, escalation_var)
+    return max_time
+
+
 def plan_partitions(
     settings: Mapping[str, t.Any], plans: Sequence[NodeSetPlan], pools: Mapping[str, t.Any]
 ) -> dict[str, dict[str, t.Any]]:
@@ -540,6 +695,8 @@ def plan_partitions(
     )
     lendable = sorted({p.name for p in plans if pools[p.pool].get("kind") == "lendable"})
     partitions: dict[str, dict[str, t.Any]] = {}
+    # What a reclaim does to backfill's jobs after the grace (requeue unless lendable pools).
+    grace, escalation, escalation_var = 0, REQUEUE, ""
     batch = _mapping(settings.get("batch"), "slurm_cluster_batch")
     batch_tier = _count(
         batch.get("priority_tier", 10),
@@ -569,13 +726,8 @@ def plan_partitions(
                 f"{grace!r} is not a number of seconds >= 0",
                 "give the seconds a job may run after it is told to leave, for example 300",
             )
-        max_time = str(backfill.get("max_time", "4:00:00"))
-        if not SLURM_TIME_RE.match(max_time) or max_time in ("UNLIMITED", "INFINITE"):
-            raise ConfigError(
-                "slurm_cluster_backfill.max_time",
-                f"{max_time!r} is not a finite Slurm time",
-                "lent nodes come back: give a limit such as '4:00:00'",
-            )
+        escalation, escalation_var = backfill_escalation(settings.get("handover_policy"), grace)
+        max_time = _backfill_max_time(backfill, grace, escalation, escalation_var)
         tier = _count(
             backfill.get("priority_tier", 1),
             "slurm_cluster_backfill.priority_tier",
@@ -627,6 +779,11 @@ def plan_partitions(
                 f"use pools from slurm_cluster_pools: {', '.join(sorted(pools))}",
             )
         config = _partition_config(part.get("config"), f"{var}.config")
+        if name == "backfill" and "MaxTime" in config:
+            # The site's own MaxTime of backfill must fit the grace as much as max_time.
+            _check_fits_grace(
+                str(config["MaxTime"]), f"{var}.config.MaxTime", grace, escalation, escalation_var
+            )
         base = partitions.get(name, {}).get("configMap", {})
         partitions[name] = {
             "nodesets": sorted(n for p in wanted for n in by_pool[p]),

@@ -46,6 +46,16 @@ class EscalationPolicy:
 ESCALATIONS = (EscalationPolicy.REQUEUE, EscalationPolicy.CANCEL, EscalationPolicy.WAIT)
 
 
+class LendWhen:
+    """When the handover lends a free, idle pool node to Slurm."""
+
+    IDLE: t.Final = "idle"  # once it has been idle lend_min_idle_s, whatever Slurm's queue
+    DEMAND: t.Final = "demand"  # only for pending jobs it would start, as many as they need
+
+
+LEND_WHEN = (LendWhen.IDLE, LendWhen.DEMAND)
+
+
 class AdminDrainPolicy:
     """What a reclaim does with a node somebody drained in Slurm while it was lent
     ("hw: ECC errors"): the reason is kept in the journal and an Event either way."""
@@ -189,6 +199,8 @@ class Policy:
     partitions: Mapping[str, PartitionPolicy] = field(default_factory=dict)
     default_partition: PartitionPolicy = field(default_factory=PartitionPolicy)
     admin_drain: str = AdminDrainPolicy.CORDON
+    lend_when: str = LendWhen.IDLE
+    demand_headroom: int = 0  # lend_when demand: nodes lent beyond what waiting jobs need
 
     def partition(self, name: str) -> PartitionPolicy:
         return self.partitions.get(name, self.default_partition)
@@ -212,6 +224,7 @@ class Policy:
             ("headroom", self.headroom),
             ("lend_min_idle_s", self.lend_min_idle_s),
             ("relend_cooldown_s", self.relend_cooldown_s),
+            ("demand_headroom", self.demand_headroom),
         ):
             if value < 0:
                 found.append(PolicyError(name, f"{value} is negative", "give 0 or more"))
@@ -243,6 +256,14 @@ class Policy:
                     "admin_drain",
                     f"{self.admin_drain!r} is not a known choice",
                     f"use one of {', '.join(ADMIN_DRAIN_POLICIES)}",
+                )
+            )
+        if self.lend_when not in LEND_WHEN:
+            found.append(
+                PolicyError(
+                    "lend_when",
+                    f"{self.lend_when!r} is not a known choice",
+                    f"use one of {', '.join(LEND_WHEN)}",
                 )
             )
         for name, part in {**self.partitions, "(default)": self.default_partition}.items():

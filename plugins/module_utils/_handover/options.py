@@ -27,8 +27,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import Argu
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     ADMIN_DRAIN_POLICIES,
     ESCALATIONS,
+    LEND_WHEN,
     AdminDrainPolicy,
     EscalationPolicy,
+    LendWhen,
     PartitionPolicy,
     Policy,
     PolicyError,
@@ -62,6 +64,8 @@ POLICY_SPEC: dict[str, dict[str, t.Any]] = {
         "choices": list(ADMIN_DRAIN_POLICIES),
         "default": AdminDrainPolicy.CORDON,
     },
+    "lend_when": {"type": "str", "choices": list(LEND_WHEN), "default": LendWhen.IDLE},
+    "demand_headroom": {"type": "int", "default": 0},
 }
 
 
@@ -99,6 +103,8 @@ def policy_from_params(params: dict[str, t.Any]) -> Policy:
         partitions=partitions,
         default_partition=PartitionPolicy(params["default_grace_s"], params["default_escalation"]),
         admin_drain=params["admin_drain"],
+        lend_when=params["lend_when"],
+        demand_headroom=params["demand_headroom"],
     )
 
 
@@ -152,6 +158,7 @@ _SELECTOR_EXAMPLES = {
 # What the number of each numeric policy setting counts, for the fix.
 _POLICY_NUMBER_FIXES = {
     "headroom": "give a number of nodes, for example 2",
+    "demand_headroom": "give a number of nodes, for example 1",
     "max_lent": "give a number of nodes, for example 4, or null for no limit",
     "max_lent_fraction": "give a fraction of the pool, for example 0.5",
     "lend_min_idle_s": "give seconds, for example 600",
@@ -438,6 +445,8 @@ def _policy_setting(key: str, value: t.Any, path: str, problems: _Problems) -> t
         return _namespaces(value, path, problems)
     if key == "admin_drain":
         return _choice(value, path, ADMIN_DRAIN_POLICIES, problems)
+    if key == "lend_when":
+        return _choice(value, path, LEND_WHEN, problems)
     return _escalation(value, path, problems)  # default_escalation
 
 

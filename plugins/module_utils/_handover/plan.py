@@ -23,6 +23,10 @@ Rules, in order:
 * otherwise idle free nodes beyond it are lent, within ``max_lent``; a node is lent only
   if it is Ready, schedulable, runs no application pod, has been idle ``lend_min_idle_s``
   and was not reclaimed within ``relend_cooldown_s``;
+* with ``lend_when: demand`` only as many of them as Slurm's pending jobs need (``demand``:
+  the jobs that fit the pool's nodes and a reclaim, placed on idle lent nodes first), plus
+  ``demand_headroom`` while any job waits, longest idle first; and when none is lent, lent
+  nodes idle in Slurm ``lend_min_idle_s`` that no waiting job needs are given back;
 * a run never lends and reclaims at once, and changes at most ``max_changes_per_run``
   nodes (resumed nodes count).
 """
@@ -34,10 +38,16 @@ import typing as t
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand import (
+    Shape,
+    SlurmQueue,
+    place,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     UNDER_WAY,
     EscalationPolicy,
     JournalState,
+    LendWhen,
     Policy,
     matches,
 )
@@ -67,6 +77,8 @@ class Plan:
     demand_nodes: int
     free_idle: int
     lent: int
+    # Slurm's side (demand.Placement.as_dict), when the plan read the queue.
+    slurm_demand: Mapping[str, t.Any] | None = None
 
     def as_dict(self) -> dict[str, t.Any]:
         def rows(decisions: tuple[Decision, ...]) -> list[dict[str, str]]:
@@ -81,6 +93,7 @@ class Plan:
             "demand_nodes": self.demand_nodes,
             "free_idle": self.free_idle,
             "lent": self.lent,
+            "slurm_demand": dict(self.slurm_demand) if self.slurm_demand is not None else None,
         }
 
 
@@ -190,8 +203,10 @@ def plan(
     slurm_nodes: Mapping[str, SlurmNodeView],
     policy: Policy,
     now: float,
+    queue: SlurmQueue | None = None,
 ) -> Plan:
-    """What one rebalance run does; see the module docstring for the rules."""
+    """What one rebalance run does; see the module docstring for the rules. `queue` is
+    Slurm's side: without it, ``lend_when: demand`` lends nothing."""
     policy.check()
     busy: dict[str, int] = {}
     for pod in pods:
@@ -210,6 +225,7 @@ def plan(
 
     lend: list[Decision] = []
     reclaim: list[Decision] = []
+    slurm_demand: dict[str, t.Any] | None = None
     if len(free_idle) < wanted_free:
         take = min(wanted_free - len(free_idle), budget)
         why = f"{demand} node(s) for {len(pending)} pending pod(s)" if demand else "headroom"
@@ -224,22 +240,38 @@ def plan(
         cap = math.floor(policy.max_lent_fraction * (len(pool) + len(resume)))
         if policy.max_lent is not None:
             cap = min(cap, policy.max_lent)
-        room = min(len(free_idle) - wanted_free, cap - len(lent) - len(resume), budget)
-        left_alone += [Decision(n.name, "lent") for n in lent]
-        for node in free:
-            blocker = lend_blocker(node, busy.get(node.name, 0), policy, now)
-            if blocker is None and node.name in slurm_nodes:
-                # A record left from an earlier loan (the Node was deleted and came back):
-                # a new slurmd would register into it, drained. The rebalance cleans it first.
-                blocker = "its Slurm record from an earlier loan is still there (an orphan)"
-            if blocker is None and len(lend) < room:
-                lend.append(
-                    Decision(node.name, f"idle; {wanted_free} of {len(free_idle)} free idle kept")
-                )
-            else:
-                left_alone.append(
-                    Decision(node.name, blocker or "kept free: headroom, max_lent or max_changes")
-                )
+        room = max(min(len(free_idle) - wanted_free, cap - len(lent) - len(resume), budget), 0)
+        blockers = {
+            node.name: _lend_blocker_here(node, busy, slurm_nodes, policy, now) for node in free
+        }
+        if policy.lend_when == LendWhen.DEMAND:
+            resumed = {d.node for d in resume}
+            lending = [
+                n for n in nodes if n.name in resumed and n.journal.state == JournalState.LENDING
+            ]
+            lend, reclaim, kept, slurm_demand = _lend_on_demand(
+                pool,
+                [*lent, *lending],
+                free,
+                blockers,
+                slurm_nodes,
+                policy,
+                now,
+                room,
+                budget,
+                queue,
+            )
+            left_alone += kept
+        else:
+            left_alone += [Decision(n.name, "lent") for n in lent]
+            for node in free:
+                blocker = blockers[node.name]
+                if blocker is None and len(lend) < room:
+                    why = f"idle; {wanted_free} of {len(free_idle)} free idle kept"
+                    lend.append(Decision(node.name, why))
+                else:
+                    why = blocker or "kept free: headroom, max_lent or max_changes"
+                    left_alone.append(Decision(node.name, why))
 
     return Plan(
         resume=tuple(resume),
@@ -250,7 +282,134 @@ def plan(
         demand_nodes=demand,
         free_idle=len(free_idle),
         lent=len(lent),
+        slurm_demand=slurm_demand,
     )
+
+
+def _lend_blocker_here(
+    node: NodeView,
+    busy: Mapping[str, int],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+    now: float,
+) -> str | None:
+    """Why a free pool node may not be lent in this run, or None."""
+    blocker = lend_blocker(node, busy.get(node.name, 0), policy, now)
+    if blocker is None and node.name in slurm_nodes:
+        # A record left from an earlier loan (the Node was deleted and came back): a new
+        # slurmd would register into it, drained. The rebalance cleans it first.
+        blocker = "its Slurm record from an earlier loan is still there (an orphan)"
+    return blocker
+
+
+def _lend_on_demand(
+    pool: Sequence[NodeView],
+    lent: Sequence[NodeView],
+    free: Sequence[NodeView],
+    blockers: Mapping[str, str | None],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+    now: float,
+    room: int,
+    budget: int,
+    queue: SlurmQueue | None,
+) -> tuple[list[Decision], list[Decision], list[Decision], dict[str, t.Any]]:
+    """lend_when demand: (lend, reclaim, left alone, Slurm's demand). `lent` holds the
+    nodes lent or being lent; only those lent are given back, and only when the queue was
+    read (without it nothing is known to need them)."""
+    if queue is None:
+        queue = SlurmQueue()
+        budget = 0
+    by_idle = sorted(
+        (n for n in free if blockers[n.name] is None),
+        key=lambda n: (n.journal.idle_since if n.journal.idle_since is not None else now, n.name),
+    )
+    placement = place(
+        queue.jobs,
+        queue.partitions,
+        policy,
+        [_shape(n) for n in pool],
+        [(n.name, _shape(n)) for n in lent if _idle_in_slurm(slurm_nodes.get(n.name))],
+        [(n.name, _shape(n)) for n in by_idle],
+        room,
+    )
+    chosen = list(placement.lend)
+    if chosen or placement.unplaced:
+        # Headroom: nodes beyond what the waiting jobs need, while any job waits.
+        spare = [n.name for n in by_idle if n.name not in chosen]
+        chosen += spare[: max(min(policy.demand_headroom, room - len(chosen)), 0)]
+    lend = [
+        Decision(
+            name,
+            f"for pending job(s) {', '.join(map(str, placement.jobs_for[name]))} of Slurm"
+            if name in placement.jobs_for
+            else "demand_headroom: jobs wait in Slurm",
+        )
+        for name in chosen
+    ]
+    kept = [
+        Decision(
+            n.name,
+            blockers[n.name]
+            or (
+                f"kept free: job(s) {', '.join(map(str, placement.unplaced[:3]))} need more "
+                "nodes than this run can lend"
+                if placement.unplaced
+                else "free; no job waiting in Slurm needs it"
+            ),
+        )
+        for n in free
+        if n.name not in chosen
+    ]
+    lent_now = [n for n in lent if n.journal.state == JournalState.LENT]
+    returned = (
+        []
+        if chosen
+        else _idle_lent_to_return(lent_now, slurm_nodes, placement.used_lent, policy, now)
+    )
+    reclaim = [
+        Decision(node.name, f"idle in Slurm {idle_s:.0f} s; no waiting job needs it")
+        for node, idle_s in returned[:budget]
+    ]
+    taken = {d.node for d in reclaim}
+    kept += [
+        Decision(
+            n.name,
+            "lent; a waiting job will run there" if n.name in placement.used_lent else "lent",
+        )
+        for n in lent_now
+        if n.name not in taken
+    ]
+    return lend, reclaim, kept, placement.as_dict()
+
+
+def _shape(node: NodeView) -> Shape:
+    return Shape(node.cpu_m, node.memory_b, node.gpus)
+
+
+def _idle_in_slurm(slurm: SlurmNodeView | None) -> bool:
+    """A lent node a job could start on now: idle in Slurm, or not registered yet."""
+    return slurm is None or ("IDLE" in slurm.states and not slurm.busy and not slurm.kept_from_jobs)
+
+
+def _idle_lent_to_return(
+    lent: Sequence[NodeView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    wanted: set[str],
+    policy: Policy,
+    now: float,
+) -> list[tuple[NodeView, float]]:
+    """Lent nodes idle in Slurm for lend_min_idle_s (since their last job, or their lend)
+    that no waiting job needs, with their idle seconds; longest idle first."""
+    found = []
+    for node in lent:
+        slurm = slurm_nodes.get(node.name)
+        if slurm is None or node.name in wanted or not _idle_in_slurm(slurm):
+            continue
+        since = max(slurm.last_busy or 0.0, node.journal.since or 0.0)
+        if since and now - since >= policy.lend_min_idle_s:
+            found.append((node, now - since))
+    return sorted(found, key=lambda item: (-item[1], item[0].name))
 
 
 def status_rows(

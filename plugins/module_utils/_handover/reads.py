@@ -13,6 +13,12 @@ from __future__ import annotations
 import typing as t
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand import (
+    LendablePartition,
+    SlurmQueue,
+    is_pending,
+    pending_job,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
     lendable_nodeset_keys,
 )
@@ -33,6 +39,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     named_node_refusals,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
+    RUNNING_JOB_STATES,
     node_view,
     pod_view,
     slurm_node_views,
@@ -96,8 +103,9 @@ def read_plan(
         if nodeset_keys is not None
         else lendable_nodeset_keys(client, lend_label, nodeset_namespace)
     )
-    slurm_nodes = slurm_node_views(slurm.nodes(), slurm.jobs(), job_node_names)
-    result: JSON = plan(nodes, pods, slurm_nodes, policy, now).as_dict()
+    running, queue = read_slurm_jobs(slurm, features)
+    slurm_nodes = slurm_node_views(slurm.nodes(), running, job_node_names)
+    result: JSON = plan(nodes, pods, slurm_nodes, policy, now, queue).as_dict()
     result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
     orphaned = orphans(nodes, slurm_nodes, features, pods)
     apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
@@ -105,3 +113,45 @@ def read_plan(
     result["apps_on_lent_nodes"] = apps_on_lent
     result["attention"] = attention(orphaned, apps_on_lent)
     return result
+
+
+# What the plan keeps of a running job: where it runs, its partition, when it ends.
+RUNNING_JOB_FIELDS = ("job_id", "partition", "state", "end_time", "nodes")
+
+
+def read_slurm_jobs(slurm: t.Any, nodeset_keys: Sequence[str]) -> tuple[list[JSON], SlurmQueue]:
+    """Slurm's running jobs (a few fields each) and its queue for the lendable partitions,
+    in one read of the jobs kept small as it arrives, and one of the partitions."""
+    partitions = slurm.partitions()
+    lendable = set(lendable_partitions(partitions, nodeset_keys))
+
+    def keep(job: JSON) -> t.Any:
+        # Tagged, so that a retried read (which starts the list again) keeps each job once.
+        if job.get("state") in RUNNING_JOB_STATES:
+            return (True, {key: job.get(key) for key in RUNNING_JOB_FIELDS})
+        if is_pending(job) and lendable.intersection(str(job.get("partition")).split(",")):
+            return (False, pending_job(job))
+        return None
+
+    kept = slurm.jobs(keep)
+    running = [item for is_running, item in kept if is_running]
+    pending = [item for is_running, item in kept if not is_running]
+    return running, SlurmQueue(
+        tuple(pending),
+        {
+            str(part["name"]): LendablePartition(
+                str(part["name"]),
+                _seconds(part.get("max_time")),
+                _seconds(part.get("default_time")),
+            )
+            for part in partitions
+            if part.get("name") in lendable
+        },
+    )
+
+
+def _seconds(minutes: t.Any) -> float | None:
+    """A partition's time (minutes, or "infinite"/None: no limit) in seconds."""
+    if isinstance(minutes, (int, float)) and not isinstance(minutes, bool):
+        return float(minutes) * 60
+    return None

@@ -21,8 +21,12 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.quantity import
 
 # Slurm node states in which a node still runs (or finishes) work.
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+# Job states in which a job holds its nodes.
+RUNNING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
 # The owner kind of Slinky's slurmd pods.
 NODESET_KIND = "NodeSet"
+# The extended resource of NVIDIA's device plugin: a node's GPUs.
+GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class NodeView:
     journal: Journal = field(default_factory=Journal)
     cpu_m: int = 0  # allocatable millicores
     memory_b: int = 0  # allocatable bytes
+    gpus: int = 0  # allocatable nvidia.com/gpu
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class SlurmNodeView:
     # from the nodes of other NodeSets once its Kubernetes Node is gone.
     features: frozenset[str] = frozenset()
     reason: str = ""  # of a drain or DOWN
+    last_busy: float | None = None  # when it last ran a job
 
     @property
     def kept_from_jobs(self) -> bool:
@@ -99,6 +105,7 @@ def node_view(obj: Mapping[str, t.Any], journal_annotation: str) -> NodeView:
         journal=Journal.parse((meta.get("annotations") or {}).get(journal_annotation)),
         cpu_m=quantity(allocatable.get("cpu"), 1e-3),
         memory_b=quantity(allocatable.get("memory")),
+        gpus=quantity(allocatable.get(GPU_RESOURCE)),
     )
 
 
@@ -144,7 +151,7 @@ def slurm_node_views(
     """
     on_node: dict[str, list[JobView]] = {}
     for job in jobs:
-        if job.get("state") not in ("RUNNING", "COMPLETING", "SUSPENDED"):
+        if job.get("state") not in RUNNING_JOB_STATES:
             continue
         end = job.get("end_time")
         view = JobView(
@@ -163,6 +170,9 @@ def slurm_node_views(
                 map(str, [*(node.get("features") or []), *(node.get("active_features") or [])])
             ),
             str(node.get("reason") or ""),
+            float(last_busy)
+            if isinstance(last_busy := node.get("last_busy"), (int, float))
+            else None,
         )
         for node in nodes
     }

@@ -103,8 +103,8 @@ class PatientSlurm:
         node: JSON | None = self._call(self.inner.node, name)
         return node
 
-    def jobs(self) -> list[JSON]:
-        jobs: list[JSON] = self._call(self.inner.jobs)
+    def jobs(self, keep: t.Callable[[JSON], t.Any] | None = None) -> list[JSON]:
+        jobs: list[JSON] = self._call(self.inner.jobs, keep)
         return jobs
 
     def update_node(self, name: str, changes: JSON) -> None:

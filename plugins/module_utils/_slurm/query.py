@@ -19,6 +19,11 @@ except ImportError as _import_error:
 else:
     HOSTLIST_IMPORT_ERROR = None
 
+try:
+    import jmespath as _jmespath
+except ImportError:
+    _jmespath = None
+
 JSON = dict[str, t.Any]
 
 
@@ -87,6 +92,42 @@ def job_node_names(job: JSON) -> list[str]:
     return expand_hostlists([job["nodes"]], "job nodes") if job.get("nodes") else []
 
 
+def job_filter(
+    job_ids: Iterable[int | str] | None = None,
+    nodes: Iterable[str] | None = None,
+    partitions: Iterable[str] | None = None,
+    states: Iterable[str] | None = None,
+    users: Iterable[str] | None = None,
+    names: Iterable[str] | None = None,
+) -> t.Callable[[JSON], bool]:
+    """True for the jobs that pass every given filter (host lists expanded once, here)."""
+    wanted_ids = {str(job_id) for job_id in job_ids} if job_ids else None
+    wanted_nodes = set(expand_hostlists(nodes, "nodes")) if nodes else None
+    wanted_partitions = set(partitions or [])
+    wanted_states = {state.upper() for state in states or []}
+    wanted_users = set(users or [])
+    wanted_names = set(names or [])
+
+    def passes(job: JSON) -> bool:
+        return (
+            (wanted_ids is None or str(job["job_id"]) in wanted_ids)
+            # A pending job may name several partitions ("batch,backfill").
+            and (
+                not wanted_partitions
+                or bool(wanted_partitions.intersection(job["partition"].split(",")))
+            )
+            and (
+                not wanted_states
+                or bool(wanted_states.intersection({job["state"], *job["state_flags"]}))
+            )
+            and (not wanted_users or job["user_name"] in wanted_users)
+            and (not wanted_names or job["name"] in wanted_names)
+            and (wanted_nodes is None or bool(wanted_nodes.intersection(job_node_names(job))))
+        )
+
+    return passes
+
+
 def select_jobs(
     jobs: list[JSON],
     job_ids: Iterable[int | str] | None = None,
@@ -97,25 +138,31 @@ def select_jobs(
     names: Iterable[str] | None = None,
 ) -> list[JSON]:
     """Jobs that pass every given filter."""
-    wanted_ids = {str(job_id) for job_id in job_ids} if job_ids else None
-    wanted_nodes = set(expand_hostlists(nodes, "nodes")) if nodes else None
-    wanted_partitions = set(partitions or [])
-    wanted_states = {state.upper() for state in states or []}
-    wanted_users = set(users or [])
-    wanted_names = set(names or [])
-    selected = []
-    for job in jobs:
-        if wanted_ids is not None and str(job["job_id"]) not in wanted_ids:
-            continue
-        if wanted_partitions and job["partition"] not in wanted_partitions:
-            continue
-        if wanted_states and not wanted_states.intersection({job["state"], *job["state_flags"]}):
-            continue
-        if wanted_users and job["user_name"] not in wanted_users:
-            continue
-        if wanted_names and job["name"] not in wanted_names:
-            continue
-        if wanted_nodes is not None and not wanted_nodes.intersection(job_node_names(job)):
-            continue
-        selected.append(job)
-    return selected
+    passes = job_filter(job_ids, nodes, partitions, states, users, names)
+    return [job for job in jobs if passes(job)]
+
+
+def item_query(expression: str, option: str) -> t.Callable[[JSON], t.Any]:
+    """What a JMESPath expression makes of one item (a job, a node...); None or False:
+    leave the item out. So ``state == 'PENDING' && {id: job_id}`` both filters and picks."""
+    if _jmespath is None:
+        raise SelectionError(
+            f"{option}: the Python library jmespath is needed for queries; install it on "
+            "the controller (pip install jmespath)"
+        )
+    try:
+        compiled = _jmespath.compile(expression)
+    except _jmespath.exceptions.JMESPathError as err:
+        raise SelectionError(
+            f"{option}: {expression!r} is not a JMESPath expression ({err}); for example "
+            "\"state == 'PENDING' && {id: job_id, partition: partition}\""
+        ) from None
+
+    def search(item: JSON) -> t.Any:
+        try:
+            found = compiled.search(item)
+        except _jmespath.exceptions.JMESPathError as err:
+            raise SelectionError(f"{option}: {expression!r} fails on an item: {err}") from None
+        return None if found is False else found
+
+    return search

@@ -19,10 +19,17 @@ import re
 import time
 import typing as t
 from dataclasses import dataclass
+from http.client import IncompleteRead
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urlencode
 
 from ansible.module_utils.urls import open_url
+
+try:
+    import ijson as _ijson
+except ImportError:
+    # Without ijson a list is read whole: the same answer, with memory for all of it.
+    _ijson = None
 
 # API versions this collection understands, oldest first. slurmrestd 24.11 offers
 # v0.0.40 to v0.0.42, 26.05 offers v0.0.42 to v0.0.45.
@@ -33,6 +40,9 @@ SUPPORTED_API_VERSIONS: tuple[str, ...] = ("v0.0.41", "v0.0.42", "v0.0.43", "v0.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 JSON = dict[str, t.Any]
+
+# Bytes read from a streamed answer at a time: a list of 10,000 jobs is about 50 MB of JSON.
+STREAM_CHUNK = 1 << 20
 
 
 # --------------------------------------------------------------------------------------
@@ -324,6 +334,18 @@ def normalize_job(raw: JSON) -> JSON:
         "submit_time": plain_number(raw.get("submit_time")),
         "start_time": plain_number(raw.get("start_time")),
         "end_time": plain_number(raw.get("end_time")),
+        # What a pending job asks for: whether it can start, and on what.
+        "hold": bool(raw.get("hold")),
+        "dependency": raw.get("dependency") or "",
+        "node_count": plain_number(raw.get("node_count")),
+        "cpus": plain_number(raw.get("cpus")),
+        "cpus_per_node": plain_number(raw.get("minimum_cpus_per_node")),
+        "memory_per_node": plain_number(raw.get("memory_per_node")),
+        "memory_per_cpu": plain_number(raw.get("memory_per_cpu")),
+        "tres_per_node": raw.get("tres_per_node") or "",
+        "tres_requested": raw.get("tres_req_str") or "",
+        "shared": [str(flag) for flag in raw.get("shared") or []],
+        "features": raw.get("features") or "",
     }
 
 
@@ -518,8 +540,14 @@ class SlurmRestClient:
         *,
         body: JSON | None = None,
         query: dict[str, t.Any] | None = None,
+        stream: tuple[str, t.Callable[[JSON], None]] | None = None,
     ) -> JSON:
         """Send one request and return the decoded JSON body (empty dict for 304/no body).
+
+        With `stream` (key, each): the items of the body's list `key` are given to `each`
+        one by one as they arrive, and left out of the body returned, so a long list never
+        sits in memory whole. `each` must tolerate a retry: it sees the items again from the
+        first after a ``restart`` call of its list, see StreamedList.
 
         Retries connection errors, 429 and 5xx with exponential backoff (honouring
         Retry-After), at most `retries` times. Raises a SlurmRestError subclass otherwise.
@@ -544,6 +572,8 @@ class SlurmRestClient:
                     follow_redirects="safe",
                 )
                 status = response.getcode()
+                if stream is not None:
+                    return self._decode_stream(method, url, status, response, *stream)
                 return self._decode(method, url, status, response.read())
             except HTTPError as err:
                 status = err.code
@@ -558,7 +588,7 @@ class SlurmRestClient:
                     attempt += 1
                     continue
                 raise self._http_error(method, url, status, payload) from None
-            except (URLError, TimeoutError, ConnectionError) as err:
+            except (URLError, TimeoutError, ConnectionError, IncompleteRead) as err:
                 if attempt < self.connection.retries:
                     self._sleep(self._delay(attempt, None))
                     attempt += 1
@@ -600,16 +630,27 @@ class SlurmRestClient:
         return decoded if isinstance(decoded, dict) else {"_raw": decoded}
 
     def _decode(self, method: str, url: str, status: int, payload: bytes) -> JSON:
-        body = self._parse(payload)
-        errors = body.get("errors") or []
-        if errors:
+        return _refused_unless_clean(method, url, status, self._parse(payload))
+
+    def _decode_stream(
+        self,
+        method: str,
+        url: str,
+        status: int,
+        response: t.Any,
+        key: str,
+        each: t.Callable[[JSON], None],
+    ) -> JSON:
+        try:
+            body = stream_list(response, key, each)
+        except StreamError as err:
             raise SlurmRequestError(
-                f"slurmrestd refused {method} {url}: {describe_errors(errors)}",
+                f"slurmrestd's answer to {method} {url} is not JSON or was cut short ({err}); "
+                "check slurmrestd's log, and that no proxy between cuts long answers",
                 status=status,
                 url=url,
-                errors=errors,
-            )
-        return body
+            ) from None
+        return _refused_unless_clean(method, url, status, body)
 
     def _http_error(self, method: str, url: str, status: int, payload: bytes) -> SlurmRestError:
         body = self._parse(payload)
@@ -709,9 +750,26 @@ class SlurmRestClient:
     def delete_node(self, name: str) -> None:
         self.request("DELETE", self._slurm(f"node/{quote(name, safe='')}"))
 
-    def jobs(self) -> list[JSON]:
-        body = self.request("GET", self._slurm("jobs/"))
-        return [normalize_job(job) for job in body.get("jobs") or []]
+    def jobs(self, keep: t.Callable[[JSON], t.Any] | None = None) -> list[t.Any]:
+        """Every job, normalised; with `keep`, what it returns for each job (None: left out).
+
+        The list is read as it arrives, one job at a time, so what stays in memory is what
+        `keep` keeps: the demand read of 10,000 jobs keeps a few fields of the pending and
+        running ones.
+        """
+        kept: list[JSON] = []
+
+        def each(raw: JSON) -> None:
+            if raw is RESTART:
+                del kept[:]
+                return
+            job = normalize_job(raw)
+            item = keep(job) if keep is not None else job
+            if item is not None:
+                kept.append(item)
+
+        self.request("GET", self._slurm("jobs/"), stream=("jobs", each))
+        return kept
 
     def signal_job(
         self, job_id: int | str, signal: str = "SIGKILL", batch_only: bool = False
@@ -728,6 +786,72 @@ class SlurmRestClient:
     def reservations(self) -> list[JSON]:
         body = self.request("GET", self._slurm("reservations/"))
         return [normalize_reservation(resv) for resv in body.get("reservations") or []]
+
+
+class StreamError(ValueError):
+    """A streamed answer that is not JSON, or ends early."""
+
+
+def _refused_unless_clean(method: str, url: str, status: int, body: JSON) -> JSON:
+    """The body of a 2xx answer, or SlurmRequestError when it lists errors."""
+    errors = body.get("errors") or []
+    if errors:
+        raise SlurmRequestError(
+            f"slurmrestd refused {method} {url}: {describe_errors(errors)}",
+            status=status,
+            url=url,
+            errors=errors,
+        )
+    return body
+
+
+# The members of a streamed body kept beside its list: what a caller may read of it.
+STREAMED_BODY_MEMBERS = ("errors", "warnings", "last_update")
+# Given to a stream's `each` before a retried request sends the items again.
+RESTART: t.Final[JSON] = {}
+
+
+def stream_list(response: t.Any, key: str, each: t.Callable[[JSON], None]) -> JSON:
+    """The JSON object `response` reads, without its list `key`: each item of that list is
+    given to `each` as it is parsed (ijson), so the whole list is never in memory at once.
+
+    Without ijson the body is decoded whole and its items given to `each` all the same.
+    StreamError when the body is not JSON or ends early; what `each` raises goes through.
+    """
+    each(RESTART)
+    if _ijson is None:
+        try:
+            body = json.loads(response.read() or b"{}")
+        except ValueError as err:
+            raise StreamError(str(err)) from None
+        if not isinstance(body, dict):
+            raise StreamError("not a JSON object")
+        for item in body.pop(key, None) or []:
+            each(item)
+        return body
+    items = _ijson.sendable_list()
+    # One parser for the list's items and one per other member a caller reads; each runs
+    # in ijson's C backend and builds only what its prefix names.
+    others = {name: _ijson.sendable_list() for name in STREAMED_BODY_MEMBERS}
+    parsers = [
+        _ijson.items_coro(items, f"{key}.item", use_float=True),
+        *(_ijson.items_coro(found, name, use_float=True) for name, found in others.items()),
+    ]
+    try:
+        while True:
+            chunk = response.read(STREAM_CHUNK)
+            for parser in parsers:
+                if chunk:
+                    parser.send(chunk)
+                else:
+                    parser.close()
+            for item in items:
+                each(item)
+            del items[:]
+            if not chunk:
+                return {name: found[0] for name, found in others.items() if found}
+    except _ijson.JSONError as err:
+        raise StreamError(str(err)) from None
 
 
 def _is_unknown_node(err: SlurmRequestError) -> bool:

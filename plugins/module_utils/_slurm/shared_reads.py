@@ -68,8 +68,8 @@ class SharedNodeReads:
     def signal_job(self, job_id: int | str, signal: str = "SIGKILL") -> None:
         self._write(self.slurm.signal_job, job_id, signal)
 
-    def jobs(self) -> list[JSON]:
-        jobs: list[JSON] = self.slurm.jobs()
+    def jobs(self, keep: Callable[[JSON], t.Any] | None = None) -> list[JSON]:
+        jobs: list[JSON] = self.slurm.jobs(keep)
         return jobs
 
 

@@ -13,12 +13,18 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart i
     chart_args,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+    ESCALATIONS,
     ConfigError,
     build_values,
     cgroup_conf,
     controller_metrics_url,
     gres_type,
     mcs_settings,
+    slurm_time,
+    slurm_time_minutes,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    ESCALATIONS as HANDOVER_ESCALATIONS,
 )
 
 
@@ -109,6 +115,171 @@ def test_partitions_batch_and_backfill() -> None:
         "MaxTime": "2:00:00",
         "GraceTime": "60",
     }
+
+
+# ---- backfill's limits follow the handover policy (issue 33) ----------------------------
+
+# The role's default slurm_cluster_backfill: no max_time, so the escalation decides it.
+BACKFILL_DEFAULT = {"grace_time_s": 300, "priority_tier": 1}
+
+
+def backfill_conf(policy: t.Any, backfill: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    settings = {
+        **SETTINGS,
+        "backfill": BACKFILL_DEFAULT if backfill is None else backfill,
+        "handover_policy": policy,
+    }
+    return build_values(settings, NODES)["partitions"]["backfill"]["configMap"]
+
+
+def cancelled_after(grace_s: t.Any, escalation: str = "cancel") -> dict[str, t.Any]:
+    return {"partitions": {"backfill": {"grace_s": grace_s, "escalation": escalation}}}
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        None,  # no handover_policy at all
+        {},
+        # The handover role's own defaults: its `partitions` name backfill with requeue.
+        {"default_escalation": "cancel"},
+        {"partitions": {"backfill": {"grace_s": "300", "escalation": "requeue"}}},
+        {"partitions": {"backfill": {"escalation": "requeue"}}, "default_escalation": "wait"},
+    ],
+)
+def test_requeued_backfill_jobs_keep_four_hours(policy: t.Any) -> None:
+    conf = backfill_conf(policy)
+    assert (conf["MaxTime"], conf["GraceTime"], conf["PreemptMode"]) == (
+        "4:00:00",
+        "300",
+        "REQUEUE",
+    )
+
+
+def test_cancelled_backfill_jobs_fit_the_grace() -> None:
+    conf = backfill_conf(cancelled_after(300))
+    assert conf["MaxTime"] == "0:05:00"
+    assert (conf["GraceTime"], conf["PreemptMode"]) == ("300", "REQUEUE")
+    # From templating the grace is a string ("{{ slurm_cluster_backfill.grace_time_s }}").
+    assert backfill_conf(cancelled_after("300"))["MaxTime"] == "0:05:00"
+
+
+def test_waited_for_backfill_jobs_fit_the_grace_rounded_up_to_minutes() -> None:
+    backfill = {"grace_time_s": 90, "priority_tier": 1}
+    assert backfill_conf(cancelled_after(90, "wait"), backfill)["MaxTime"] == "0:02:00"
+    zero = {"grace_time_s": 0, "priority_tier": 1}
+    assert backfill_conf(cancelled_after(0, "wait"), zero)["MaxTime"] == "0:01:00"
+    # A partition the site's `partitions` leaves out takes default_escalation and
+    # default_grace_s, as the handover role gives it.
+    policy = {
+        "partitions": {"gpu": {"grace_s": 60, "escalation": "requeue"}},
+        "default_escalation": "wait",
+        "default_grace_s": 90,
+    }
+    assert backfill_conf(policy, backfill)["MaxTime"] == "0:02:00"
+
+
+def test_a_site_max_time_within_the_grace_is_kept() -> None:
+    backfill = {**BACKFILL_DEFAULT, "max_time": "4"}  # minutes
+    assert backfill_conf(cancelled_after(300), backfill)["MaxTime"] == "4"
+    at_most = {**BACKFILL_DEFAULT, "max_time": "0:05:00"}
+    assert backfill_conf(cancelled_after(300), at_most)["MaxTime"] == "0:05:00"
+
+
+@pytest.mark.parametrize(
+    ("escalation", "fate"),
+    [("cancel", "would be cancelled"), ("wait", "would hold their node past its grace")],
+)
+def test_a_site_max_time_longer_than_the_grace_is_refused(escalation: str, fate: str) -> None:
+    backfill = {**BACKFILL_DEFAULT, "max_time": "1:00:00"}
+    with pytest.raises(ConfigError, match=fate) as err:
+        backfill_conf(cancelled_after(300, escalation), backfill)
+    assert err.value.variable == "slurm_cluster_backfill.max_time"
+    assert "at most 0:05:00" in str(err.value)
+    assert "escalation requeue" in str(err.value)
+    # The same partition's MaxTime through slurm_cluster_partitions is held to the grace too.
+    own = {"backfill": {"pools": ["interactive"], "config": {"MaxTime": "UNLIMITED"}}}
+    with pytest.raises(ConfigError, match=fate) as err:
+        policy = cancelled_after(300, escalation)
+        build_values(
+            {
+                **SETTINGS,
+                "backfill": BACKFILL_DEFAULT,
+                "partitions": own,
+                "handover_policy": policy,
+            },
+            NODES,
+        )
+    assert err.value.variable == "slurm_cluster_partitions.backfill.config.MaxTime"
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (cancelled_after(120), r"120 s is not slurm_cluster_backfill\.grace_time_s \(300 s\)"),
+        (cancelled_after("5m"), r"'5m' is not a number of seconds"),
+        (cancelled_after(True), r"True is not a number of seconds"),
+        # Left out where the site gives `partitions`: the handover takes default_grace_s.
+        (
+            {"partitions": {"backfill": {"escalation": "cancel"}}, "default_grace_s": 600},
+            r"is not given, so the handover gives backfill's jobs handover_policy\.default_grace_s \(600 s\)",
+        ),
+    ],
+)
+def test_the_handovers_grace_of_backfill_must_be_its_grace_time(
+    policy: dict[str, t.Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        backfill_conf(policy)
+    assert err.value.variable == "handover_policy.partitions.backfill.grace_s"
+
+
+@pytest.mark.parametrize(
+    ("policy", "variable"),
+    [
+        (cancelled_after(300, "kill"), "handover_policy.partitions.backfill.escalation"),
+        ({"default_escalation": "Requeue"}, "handover_policy.default_escalation"),
+        ({"partitions": {"backfill": "requeue"}}, "handover_policy.partitions.backfill"),
+    ],
+)
+def test_an_unknown_escalation_or_a_bad_entry_is_refused(
+    policy: dict[str, t.Any], variable: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        backfill_conf(policy)
+    assert err.value.variable == variable
+    if variable.endswith("escalation"):
+        assert "use one of requeue, cancel, wait" in str(err.value)
+
+
+def test_the_escalations_are_the_handovers() -> None:
+    assert ESCALATIONS == HANDOVER_ESCALATIONS
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("90", 90),  # minutes
+        ("4:30", 5),  # minutes:seconds, rounded up as slurmctld does
+        ("4:00:00", 240),
+        ("0:05:00", 5),
+        ("1-12", 2160),
+        ("1-0:30", 1470),
+        ("2-01:00:01", 2941),
+    ],
+)
+def test_slurm_times(text: str, minutes: int) -> None:
+    assert slurm_time_minutes(text) == minutes
+
+
+def test_slurm_time_written_as_the_role_writes_max_time() -> None:
+    assert [slurm_time(m) for m in (1, 5, 240, 1500)] == [
+        "0:01:00",
+        "0:05:00",
+        "4:00:00",
+        "1-01:00:00",
+    ]
+    assert slurm_time_minutes(slurm_time(1500)) == 1500
 
 
 @pytest.mark.parametrize(

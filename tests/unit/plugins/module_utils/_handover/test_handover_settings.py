@@ -214,6 +214,15 @@ WRONG_TYPES: dict[str, tuple[t.Any, str]] = {
         True,
         "handover_policy.admin_drain: True is not a known choice; use one of cordon, return",
     ),
+    "lend_when": (
+        ["demand"],
+        "handover_policy.lend_when: ['demand'] is not a known choice; use one of idle, demand",
+    ),
+    "demand_headroom": (
+        "one",
+        "handover_policy.demand_headroom: 'one' is not a whole number; give a number of "
+        "nodes, for example 1",
+    ),
 }
 
 WRONG_VALUES: dict[str, tuple[t.Any, str]] = {
@@ -272,6 +281,14 @@ WRONG_VALUES: dict[str, tuple[t.Any, str]] = {
     "admin_drain": (
         "keep",
         "handover_policy.admin_drain: 'keep' is not a known choice; use one of cordon, return",
+    ),
+    "lend_when": (
+        "always",
+        "handover_policy.lend_when: 'always' is not a known choice; use one of idle, demand",
+    ),
+    "demand_headroom": (
+        -1,
+        "handover_policy.demand_headroom: -1 is negative; give 0 or more",
     ),
 }
 
@@ -654,6 +671,8 @@ GOOD: dict[str, list[t.Any]] = {
     "default_escalation": ["requeue", "wait", "cancel"],
     "default_grace_s": [300, "0"],
     "admin_drain": ["cordon", "return"],
+    "lend_when": ["idle", "demand"],
+    "demand_headroom": [0, 2, "1"],
 }
 BAD: dict[str, list[t.Any]] = {
     "pool_selector": [{}, {"hpcops.io/pool": 1}, None, "pool"],
@@ -677,6 +696,8 @@ BAD: dict[str, list[t.Any]] = {
     "default_escalation": ["kill", 1, None],
     "default_grace_s": [-1, "x"],
     "admin_drain": ["keep", "", None, 1],
+    "lend_when": ["always", "", None, 1],
+    "demand_headroom": [-1, "x", None, 1.5],
 }
 
 

@@ -1,0 +1,164 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""lend_when demand against the lab: the real slurmctld's queue decides what is lent.
+
+Jobs go to the deployed Slurm's `backfill` partition (MaxTime 4:00:00; the lab's policy
+gives it a 60 s grace and the requeue escalation). Before any lend the partition has no
+node, so a pending job waits with the reason PartitionConfig. The pool's int01 and int02
+are 32-CPU, 256 GiB nodes to Kubernetes; their slurmd runs on this machine.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+from ansible_runner import run_task
+from handover_pool import LENDABLE, POLICY, Pool
+from slurm_pods import REST_ADDRESS
+from toolbox import wait_until
+
+pytest_plugins = ["k8s_fixtures", "handover_pool"]
+pytestmark = pytest.mark.integration
+
+DEMAND = {**POLICY, "lend_when": "demand"}
+
+
+def queue(pool: Pool, **job: t.Any) -> int:
+    """A job in backfill, left pending (submit() waits for it to run)."""
+    status, body = pool.slurm.request(
+        "POST",
+        f"/slurm/{pool.slurm.api}/job/submit",
+        {
+            "job": {
+                "name": "demand",
+                "partition": "backfill",
+                "current_working_directory": "/tmp",
+                "environment": ["PATH=/usr/bin:/bin"],
+                "script": "#!/bin/sh\nsleep 600\n",
+                **job,
+            }
+        },
+        user="alice",
+    )
+    assert status == 200 and not body.get("errors"), body
+    return int(body["job_id"])
+
+
+def plan(pool: Pool, **policy: t.Any) -> t.Any:
+    result = run_task(
+        "hpcops.slinky.handover_plan",
+        {
+            "url": f"http://{REST_ADDRESS}",
+            "jwt_key_path": str(pool.key_path),
+            "kubeconfig": str(pool.lab.kubeconfig_path),
+            "policy": {"pool_selector": {"hpcops.io/pool": "interactive"}, **DEMAND, **policy},
+        },
+    )
+    assert not result.failed, result
+    return result
+
+
+def reasons(result: t.Any) -> dict[str, str]:
+    return {d["node"]: d["reason"] for key in ("lend", "left_alone") for d in result[key]}
+
+
+def idle(pool: Pool, name: str) -> bool:
+    """Idle in Slurm, its last job's clean-up done."""
+    node = pool.slurm_node(name)
+    return node is not None and "IDLE" in node["state"] and "COMPLETING" not in node["state"]
+
+
+def journals(pool: Pool) -> dict[str, str]:
+    return {name: pool.journal(name)["state"] for name in LENDABLE}
+
+
+def test_nothing_is_lent_for_an_empty_queue_nor_for_jobs_a_lent_node_would_not_start(
+    clean_pool: Pool,
+) -> None:
+    pool = clean_pool
+    result = plan(pool)
+    assert result["lend"] == []
+    assert result["slurm_demand"]["pending_jobs"] == 0
+    assert reasons(result)["int01"] == "free; no job waiting in Slurm needs it"
+    run = pool.playbook("rebalance", handover_policy=DEMAND)
+    assert not run.failed, run.failures()
+    assert journals(pool) == {"int01": "free", "int02": "free"}
+
+    held = queue(pool, hold=True)
+    too_wide = queue(pool, cpus_per_task=64)  # 64 CPUs; the pool's nodes have 32
+    too_long = queue(pool, time_limit={"set": True, "number": 600})  # MaxTime is 240 min
+    # Over the 60 s grace, and a reclaim could not requeue it.
+    not_requeueable = queue(pool, requeue=False, time_limit={"set": True, "number": 30})
+    after_held = queue(pool, dependency=f"afterok:{held}")
+    result = plan(pool)
+    demand = result["slurm_demand"]
+    assert result["lend"] == [] and result["reclaim"] == []
+    assert demand["pending_jobs"] == 5
+    assert demand["fitting_jobs"] == 0
+    skipped = {row["reason"]: row["examples"] for row in demand["skipped"]}
+    assert skipped == {
+        "held": [held],
+        "asks more of a node than any pool node has": [too_wide],
+        "time limit over backfill's MaxTime": [too_long],
+        "time limit over the 60 s grace, and not requeue-able": [not_requeueable],
+        "waits on a dependency": [after_held],
+    }
+    run = pool.playbook("rebalance", handover_policy=DEMAND)
+    assert not run.failed, run.failures()
+    assert journals(pool) == {"int01": "free", "int02": "free"}
+    # The same queue under lend_when idle: both idle nodes are lent.
+    assert {d["node"] for d in plan(pool, lend_when="idle")["lend"]} == set(LENDABLE)
+
+
+def test_as_many_nodes_as_the_waiting_jobs_need_are_lent_and_given_back_when_idle(
+    clean_pool: Pool,
+) -> None:
+    pool = clean_pool
+    first = queue(pool, time_limit={"set": True, "number": 10})
+    result = plan(pool)
+    assert result["slurm_demand"]["fitting_jobs"] == 1
+    assert len(result["lend"]) == 1
+    lent = result["lend"][0]["node"]
+    assert result["lend"][0]["reason"] == f"for pending job(s) {first} of Slurm"
+    other = next(name for name in LENDABLE if name != lent)
+    assert reasons(result)[other] == "free; no job waiting in Slurm needs it"
+
+    run = pool.playbook("rebalance", handover_policy=DEMAND)
+    assert not run.failed, run.failures()
+    assert journals(pool) == {lent: "lent", other: "free"}
+    wait_until(lambda: "RUNNING" in pool.job(first)["job_state"], 60, f"job {first} to run")
+    assert pool.job(first)["nodes"] == lent
+
+    # A two-node job: the lent node runs the first job, so only one idle node could be
+    # had (the free one). The job would wait half-served: nothing is lent for it.
+    pair = queue(pool, minimum_nodes=2, maximum_nodes=2, time_limit={"set": True, "number": 10})
+    result = plan(pool)
+    assert result["lend"] == []
+    assert result["slurm_demand"]["unplaced_jobs"] == [pair]
+    assert reasons(result)[other] == (
+        f"kept free: job(s) {pair} need more nodes than this run can lend"
+    )
+
+    # Once the first job is gone, the lent node is idle in Slurm: with the pair still
+    # waiting it is used, and the free one is lent for the pair's second node.
+    pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{first}")
+    wait_until(lambda: idle(pool, lent), 60, f"{lent} to be IDLE")
+    result = plan(pool)
+    assert [d["node"] for d in result["lend"]] == [other], result["slurm_demand"]
+    assert result["slurm_demand"]["lent_nodes_used"] == [lent]
+    run = pool.playbook("rebalance", handover_policy=DEMAND)
+    assert not run.failed, run.failures()
+    wait_until(lambda: "RUNNING" in pool.job(pair)["job_state"], 60, f"job {pair} to run")
+
+    # With the queue empty again, the idle lent nodes go back (lend_min_idle_s is 0 here).
+    pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{pair}")
+    for name in LENDABLE:
+        wait_until(lambda n=name: idle(pool, n), 60, f"{name} to be IDLE")
+    result = plan(pool)
+    assert sorted(d["node"] for d in result["reclaim"]) == sorted(LENDABLE)
+    assert all(d["reason"].startswith("idle in Slurm") for d in result["reclaim"])
+    run = pool.playbook("rebalance", handover_policy=DEMAND)
+    assert not run.failed, run.failures()
+    assert journals(pool) == {"int01": "free", "int02": "free"}
