@@ -11,7 +11,7 @@ decisions are the pure functions of ``plan`` and ``options``.
 from __future__ import annotations
 
 import typing as t
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand import (
     LendablePartition,
@@ -123,21 +123,32 @@ def read_slurm_jobs(slurm: t.Any, nodeset_keys: Sequence[str]) -> tuple[list[JSO
     """Slurm's running jobs (a few fields each) and its queue for the lendable partitions,
     in one read of the jobs kept small as it arrives, and one of the partitions."""
     partitions = slurm.partitions()
-    lendable = set(lendable_partitions(partitions, nodeset_keys))
+    return _read_jobs(
+        slurm, partitions, set(lendable_partitions(partitions, nodeset_keys)), running=True
+    )
 
+
+def read_slurm_queue(slurm: t.Any, lendable: Iterable[str]) -> SlurmQueue:
+    """Slurm's queue for the named lendable partitions alone (what the event source polls):
+    one read of the partitions and one of the jobs, of which only the pending ones of those
+    partitions are kept."""
+    return _read_jobs(slurm, slurm.partitions(), set(lendable), running=False)[1]
+
+
+def _read_jobs(
+    slurm: t.Any, partitions: Sequence[JSON], lendable: set[str], *, running: bool
+) -> tuple[list[JSON], SlurmQueue]:
     def keep(job: JSON) -> t.Any:
         # Tagged, so that a retried read (which starts the list again) keeps each job once.
-        if job.get("state") in RUNNING_JOB_STATES:
+        if running and job.get("state") in RUNNING_JOB_STATES:
             return (True, {key: job.get(key) for key in RUNNING_JOB_FIELDS})
         if is_pending(job) and lendable.intersection(str(job.get("partition")).split(",")):
             return (False, pending_job(job))
         return None
 
     kept = slurm.jobs(keep)
-    running = [item for is_running, item in kept if is_running]
-    pending = [item for is_running, item in kept if not is_running]
-    return running, SlurmQueue(
-        tuple(pending),
+    return [item for is_running, item in kept if is_running], SlurmQueue(
+        tuple(item for is_running, item in kept if not is_running),
         {
             str(part["name"]): LendablePartition(
                 str(part["name"]),
