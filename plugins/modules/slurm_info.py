@@ -16,8 +16,8 @@ description:
   - Returns what O(gather) asks for; O(nodes), O(node_states), O(partitions),
     O(job_states), O(users) and O(job_ids) narrow the nodes and jobs returned, and O(query)
     keeps only what the caller asks for of each.
-  - Jobs are read as slurmrestd sends them, one at a time (with the Python library ijson),
-    so with O(job_states) or O(query) only the jobs kept are ever held in memory.
+  - Jobs are read as slurmrestd sends them, one at a time, so with O(job_states) or
+    O(query) only the jobs kept are ever held in memory.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
   - hpcops.slinky.slurmrestd.FROM_CLUSTER
@@ -76,8 +76,6 @@ options:
 requirements:
   - python-hostlist (to filter by host lists)
   - jmespath (for O(query))
-  - ijson (to read long job lists without holding them whole; without it they are decoded
-    at once)
 seealso:
   - module: hpcops.slinky.slurm_node
   - module: hpcops.slinky.slurm_job

@@ -152,13 +152,16 @@ def test_as_many_nodes_as_the_waiting_jobs_need_are_lent_and_given_back_when_idl
     assert not run.failed, run.failures()
     wait_until(lambda: "RUNNING" in pool.job(pair)["job_state"], 60, f"job {pair} to run")
 
-    # With the queue empty again, the idle lent nodes go back (lend_min_idle_s is 0 here).
+    # With the queue empty again the idle lent nodes stay lent (the default), or go back
+    # with demand_return_idle_s (0 here: at once).
     pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{pair}")
     for name in LENDABLE:
         wait_until(lambda n=name: idle(pool, n), 60, f"{name} to be IDLE")
-    result = plan(pool)
+    assert plan(pool)["reclaim"] == []
+    returning = {**DEMAND, "demand_return_idle_s": 0}
+    result = plan(pool, demand_return_idle_s=0)
     assert sorted(d["node"] for d in result["reclaim"]) == sorted(LENDABLE)
     assert all(d["reason"].startswith("idle in Slurm") for d in result["reclaim"])
-    run = pool.playbook("rebalance", handover_policy=DEMAND)
+    run = pool.playbook("rebalance", handover_policy=returning)
     assert not run.failed, run.failures()
     assert journals(pool) == {"int01": "free", "int02": "free"}

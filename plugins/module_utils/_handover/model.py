@@ -201,6 +201,9 @@ class Policy:
     admin_drain: str = AdminDrainPolicy.CORDON
     lend_when: str = LendWhen.IDLE
     demand_headroom: int = 0  # lend_when demand: nodes lent beyond what waiting jobs need
+    # lend_when demand: a lent node idle in Slurm this long, with no job waiting for it, goes
+    # back; None: it stays lent until the applications need it (as with idle).
+    demand_return_idle_s: int | None = None
 
     def partition(self, name: str) -> PartitionPolicy:
         return self.partitions.get(name, self.default_partition)
@@ -225,6 +228,7 @@ class Policy:
             ("lend_min_idle_s", self.lend_min_idle_s),
             ("relend_cooldown_s", self.relend_cooldown_s),
             ("demand_headroom", self.demand_headroom),
+            ("demand_return_idle_s", self.demand_return_idle_s or 0),
         ):
             if value < 0:
                 found.append(PolicyError(name, f"{value} is negative", "give 0 or more"))

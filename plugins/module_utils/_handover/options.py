@@ -66,6 +66,7 @@ POLICY_SPEC: dict[str, dict[str, t.Any]] = {
     },
     "lend_when": {"type": "str", "choices": list(LEND_WHEN), "default": LendWhen.IDLE},
     "demand_headroom": {"type": "int", "default": 0},
+    "demand_return_idle_s": {"type": "int"},
 }
 
 
@@ -105,6 +106,7 @@ def policy_from_params(params: dict[str, t.Any]) -> Policy:
         admin_drain=params["admin_drain"],
         lend_when=params["lend_when"],
         demand_headroom=params["demand_headroom"],
+        demand_return_idle_s=params["demand_return_idle_s"],
     )
 
 
@@ -159,6 +161,7 @@ _SELECTOR_EXAMPLES = {
 _POLICY_NUMBER_FIXES = {
     "headroom": "give a number of nodes, for example 2",
     "demand_headroom": "give a number of nodes, for example 1",
+    "demand_return_idle_s": "give seconds, for example 1800, or null to keep lent nodes",
     "max_lent": "give a number of nodes, for example 4, or null for no limit",
     "max_lent_fraction": "give a fraction of the pool, for example 0.5",
     "lend_min_idle_s": "give seconds, for example 600",
@@ -433,7 +436,7 @@ def _policy_setting(key: str, value: t.Any, path: str, problems: _Problems) -> t
     """`value` as the module's argument spec would take it, or _REFUSED (and reported)."""
     spec = POLICY_SPEC[key]
     if value is None and "default" not in spec and not spec.get("required"):
-        return None  # max_lent: no limit
+        return None  # max_lent: no limit; demand_return_idle_s: never
     if spec["type"] in ("int", "float"):
         fix = _POLICY_NUMBER_FIXES.get(key, "give a number")
         return _number_setting(value, path, spec["type"] == "int", fix, problems)

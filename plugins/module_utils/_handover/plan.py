@@ -25,8 +25,9 @@ Rules, in order:
   and was not reclaimed within ``relend_cooldown_s``;
 * with ``lend_when: demand`` only as many of them as Slurm's pending jobs need (``demand``:
   the jobs that fit the pool's nodes and a reclaim, placed on idle lent nodes first), plus
-  ``demand_headroom`` while any job waits, longest idle first; and when none is lent, lent
-  nodes idle in Slurm ``lend_min_idle_s`` that no waiting job needs are given back;
+  ``demand_headroom`` while any job waits, longest idle first; and, with
+  ``demand_return_idle_s``, when none is lent, lent nodes idle in Slurm that long that no
+  waiting job needs are given back;
 * a run never lends and reclaims at once, and changes at most ``max_changes_per_run``
   nodes (resumed nodes count).
 """
@@ -399,15 +400,18 @@ def _idle_lent_to_return(
     policy: Policy,
     now: float,
 ) -> list[tuple[NodeView, float]]:
-    """Lent nodes idle in Slurm for lend_min_idle_s (since their last job, or their lend)
-    that no waiting job needs, with their idle seconds; longest idle first."""
+    """Lent nodes idle in Slurm for demand_return_idle_s (since their last job, or their
+    lend) that no waiting job needs, with their idle seconds; longest idle first. None when
+    the policy keeps them lent until the applications need them."""
+    if policy.demand_return_idle_s is None:
+        return []
     found = []
     for node in lent:
         slurm = slurm_nodes.get(node.name)
         if slurm is None or node.name in wanted or not _idle_in_slurm(slurm):
             continue
         since = max(slurm.last_busy or 0.0, node.journal.since or 0.0)
-        if since and now - since >= policy.lend_min_idle_s:
+        if since and now - since >= policy.demand_return_idle_s:
             found.append((node, now - since))
     return sorted(found, key=lambda item: (-item[1], item[0].name))
 

@@ -12,6 +12,7 @@ recorded responses.
 from __future__ import annotations
 
 import base64
+import codecs
 import hashlib
 import hmac
 import json
@@ -24,12 +25,6 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urlencode
 
 from ansible.module_utils.urls import open_url
-
-try:
-    import ijson as _ijson
-except ImportError:
-    # Without ijson a list is read whole: the same answer, with memory for all of it.
-    _ijson = None
 
 # API versions this collection understands, oldest first. slurmrestd 24.11 offers
 # v0.0.40 to v0.0.42, 26.05 offers v0.0.42 to v0.0.45.
@@ -805,53 +800,109 @@ def _refused_unless_clean(method: str, url: str, status: int, body: JSON) -> JSO
     return body
 
 
-# The members of a streamed body kept beside its list: what a caller may read of it.
-STREAMED_BODY_MEMBERS = ("errors", "warnings", "last_update")
 # Given to a stream's `each` before a retried request sends the items again.
 RESTART: t.Final[JSON] = {}
 
 
 def stream_list(response: t.Any, key: str, each: t.Callable[[JSON], None]) -> JSON:
     """The JSON object `response` reads, without its list `key`: each item of that list is
-    given to `each` as it is parsed (ijson), so the whole list is never in memory at once.
+    given to `each` as soon as it is read, so the whole list is never in memory at once.
 
-    Without ijson the body is decoded whole and its items given to `each` all the same.
-    StreamError when the body is not JSON or ends early; what `each` raises goes through.
+    json's own decoder reads one value at a time from a window of the body (what a decoded
+    list of 10,000 jobs needs in memory, 300 MiB, becomes one chunk and the items kept).
+    StreamError when the body is not a JSON object or ends early; what `each` raises goes
+    through.
     """
     each(RESTART)
-    if _ijson is None:
-        try:
-            body = json.loads(response.read() or b"{}")
-        except ValueError as err:
-            raise StreamError(str(err)) from None
-        if not isinstance(body, dict):
-            raise StreamError("not a JSON object")
-        for item in body.pop(key, None) or []:
-            each(item)
+    body: JSON = {}
+    window = _Window(response)
+    window.expect("{")
+    if window.next_is("}"):
         return body
-    items = _ijson.sendable_list()
-    # One parser for the list's items and one per other member a caller reads; each runs
-    # in ijson's C backend and builds only what its prefix names.
-    others = {name: _ijson.sendable_list() for name in STREAMED_BODY_MEMBERS}
-    parsers = [
-        _ijson.items_coro(items, f"{key}.item", use_float=True),
-        *(_ijson.items_coro(found, name, use_float=True) for name, found in others.items()),
-    ]
-    try:
+    while True:
+        name = window.value()
+        if not isinstance(name, str):
+            raise StreamError(f"a member name is {name!r}")
+        window.expect(":")
+        if name == key:
+            window.expect("[")
+            if not window.next_is("]"):
+                while True:
+                    each(window.value())
+                    if window.next_is("]"):
+                        break
+                    window.expect(",")
+        else:
+            body[name] = window.value()
+        if window.next_is("}"):
+            return body
+        window.expect(",")
+
+
+class _Window:
+    """The part of a streamed body not read yet, refilled chunk by chunk."""
+
+    _SPACE = " \t\n\r"
+
+    def __init__(self, response: t.Any) -> None:
+        self._response = response
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._decoder = json.JSONDecoder()
+        self._text = ""
+        self._at = 0
+        self._ended = False
+
+    def _more(self) -> bool:
+        """Read the next chunk; False at the end of the body."""
+        if self._ended:
+            return False
+        chunk = self._response.read(STREAM_CHUNK)
+        self._ended = not chunk
+        self._text = self._text[self._at :] + self._utf8.decode(chunk, final=self._ended)
+        self._at = 0
+        return bool(chunk)
+
+    def _skip_space(self) -> None:
         while True:
-            chunk = response.read(STREAM_CHUNK)
-            for parser in parsers:
-                if chunk:
-                    parser.send(chunk)
-                else:
-                    parser.close()
-            for item in items:
-                each(item)
-            del items[:]
-            if not chunk:
-                return {name: found[0] for name, found in others.items() if found}
-    except _ijson.JSONError as err:
-        raise StreamError(str(err)) from None
+            while self._at < len(self._text) and self._text[self._at] in self._SPACE:
+                self._at += 1
+            if self._at < len(self._text) or not self._more():
+                return
+
+    def next_is(self, char: str) -> bool:
+        """Whether the next character (after white space) is `char`; taken if it is."""
+        self._skip_space()
+        if self._text[self._at : self._at + 1] == char:
+            self._at += 1
+            return True
+        return False
+
+    def expect(self, char: str) -> None:
+        if not self.next_is(char):
+            found = self._text[self._at : self._at + 20]
+            if not found:
+                raise StreamError(f"it ends where {char!r} was due")
+            raise StreamError(f"expected {char!r}, found {found!r}")
+
+    def value(self) -> t.Any:
+        """The next JSON value, read further until it is whole."""
+        self._skip_space()
+        while True:
+            try:
+                found, end = self._decoder.raw_decode(self._text, self._at)
+            except ValueError as err:
+                if self._more():
+                    continue
+                if self._at >= len(self._text):
+                    raise StreamError("it ends where a value was due") from None
+                raise StreamError(
+                    f"it ends before a value is whole, or is not JSON: {err}"
+                ) from None
+            # A number (or true...) that ends with the window may go on in the next chunk.
+            if end == len(self._text) and self._more():
+                continue
+            self._at = end
+            return found
 
 
 def _is_unknown_node(err: SlurmRequestError) -> bool:

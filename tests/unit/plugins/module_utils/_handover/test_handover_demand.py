@@ -671,8 +671,17 @@ def test_an_idle_lent_node_takes_a_job_and_is_kept() -> None:
     assert result.slurm_demand["lent_nodes_used"] == ["int09"]
 
 
-def test_an_idle_lent_node_is_given_back_after_lend_min_idle_s() -> None:
-    policy = Policy(pool_selector=POOL, headroom=0, lend_when="demand", lend_min_idle_s=600)
+def test_by_default_idle_lent_nodes_stay_lent() -> None:
+    nodes = [node("int01"), node("int09", "lent", since=NOW - 7200)]
+    result = plan(
+        nodes, [], {"int09": idle("int09", 9000)}, DEMAND, NOW, SlurmQueue((), PARTITIONS)
+    )
+    assert result.reclaim == ()
+    assert reasons(result.left_alone)["int09"] == "lent"
+
+
+def test_an_idle_lent_node_is_given_back_after_demand_return_idle_s() -> None:
+    policy = Policy(pool_selector=POOL, headroom=0, lend_when="demand", demand_return_idle_s=600)
     nodes = [node("int01"), node("int09", "lent", since=NOW - 7200)]
     empty = SlurmQueue((), PARTITIONS)
     back = plan(nodes, [], {"int09": idle("int09", 700)}, policy, NOW, empty)
@@ -680,7 +689,7 @@ def test_an_idle_lent_node_is_given_back_after_lend_min_idle_s() -> None:
         ("int09", "idle in Slurm 700 s; no waiting job needs it")
     ]
     assert back.lend == ()
-    # Not before lend_min_idle_s: since its last job...
+    # Not before demand_return_idle_s: since its last job...
     kept = plan(nodes, [], {"int09": idle("int09", 500)}, policy, NOW, empty)
     assert kept.reclaim == ()
     assert reasons(kept.left_alone)["int09"] == "lent"
@@ -708,7 +717,8 @@ def test_lent_nodes_busy_in_slurm_are_not_given_back() -> None:
 def test_a_lent_node_a_waiting_job_will_use_is_not_given_back() -> None:
     nodes = [node("int08", "lent", since=0), node("int09", "lent", since=0)]
     slurm = {"int08": idle("int08", 9000), "int09": idle("int09", 8000)}
-    result = plan(nodes, [], slurm, DEMAND, NOW, queue(job(1)))
+    returning = Policy(pool_selector=POOL, headroom=0, lend_when="demand", demand_return_idle_s=600)
+    result = plan(nodes, [], slurm, returning, NOW, queue(job(1)))
     assert [(d.node, d.reason) for d in result.reclaim] == [
         ("int09", "idle in Slurm 8000 s; no waiting job needs it")
     ]
@@ -716,7 +726,13 @@ def test_a_lent_node_a_waiting_job_will_use_is_not_given_back() -> None:
 
 
 def test_idle_lent_nodes_are_given_back_longest_idle_first_within_the_budget() -> None:
-    policy = Policy(pool_selector=POOL, headroom=0, lend_when="demand", max_changes_per_run=2)
+    policy = Policy(
+        pool_selector=POOL,
+        headroom=0,
+        lend_when="demand",
+        max_changes_per_run=2,
+        demand_return_idle_s=600,
+    )
     nodes = [node(f"int0{i}", "lent", since=0) for i in (1, 2, 3)]
     slurm = {
         "int01": idle("int01", 1000),
@@ -827,6 +843,7 @@ def demand_clusters(
         max_changes_per_run=draw(st.integers(1, 10)),
         lend_when="demand",
         demand_headroom=draw(st.integers(0, 3)),
+        demand_return_idle_s=draw(st.sampled_from([None, 0, 600])),
         partitions={"backfill": PartitionPolicy(draw(st.sampled_from([300, 20000])), "requeue")},
     )
     return nodes, pods, slurm, policy, queue(*jobs)

@@ -223,6 +223,11 @@ WRONG_TYPES: dict[str, tuple[t.Any, str]] = {
         "handover_policy.demand_headroom: 'one' is not a whole number; give a number of "
         "nodes, for example 1",
     ),
+    "demand_return_idle_s": (
+        "soon",
+        "handover_policy.demand_return_idle_s: 'soon' is not a whole number; give seconds, "
+        "for example 1800, or null to keep lent nodes",
+    ),
 }
 
 WRONG_VALUES: dict[str, tuple[t.Any, str]] = {
@@ -289,6 +294,10 @@ WRONG_VALUES: dict[str, tuple[t.Any, str]] = {
     "demand_headroom": (
         -1,
         "handover_policy.demand_headroom: -1 is negative; give 0 or more",
+    ),
+    "demand_return_idle_s": (
+        -60,
+        "handover_policy.demand_return_idle_s: -60 is negative; give 0 or more",
     ),
 }
 
@@ -673,6 +682,7 @@ GOOD: dict[str, list[t.Any]] = {
     "admin_drain": ["cordon", "return"],
     "lend_when": ["idle", "demand"],
     "demand_headroom": [0, 2, "1"],
+    "demand_return_idle_s": [None, 0, 1800, "600"],
 }
 BAD: dict[str, list[t.Any]] = {
     "pool_selector": [{}, {"hpcops.io/pool": 1}, None, "pool"],
@@ -698,6 +708,7 @@ BAD: dict[str, list[t.Any]] = {
     "admin_drain": ["keep", "", None, 1],
     "lend_when": ["always", "", None, 1],
     "demand_headroom": [-1, "x", None, 1.5],
+    "demand_return_idle_s": [-1, "x", 1.5],
 }
 
 
