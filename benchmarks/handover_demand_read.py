@@ -11,6 +11,8 @@ the first time), fills it with held jobs, and times each read through a counting
 
 * `queue`: the event source's poll, `read_slurm_queue` (every job is pending in the
   partition read, the worst case: all 10,000 are kept as demand);
+* `queue unchanged`: the source's next poll (`QueuePoll`) when no job changed since: it asks
+  with `update_time` and slurmctld sends no job;
 * `plan`: the plan's Slurm reads (`read_slurm_jobs`: running jobs and the queue; the nodes);
 * `slurm_info query`: slurm_info's client work with a JMESPath query keeping two fields of
   each pending job;
@@ -32,12 +34,13 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import typing as t
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "lab"), str(REPO / "benchmarks")]
 
-READS = ("queue", "plan", "slurm_info query", "all jobs", "whole")
+READS = ("queue", "queue unchanged", "plan", "slurm_info query", "all jobs", "whole")
 PARTITION = "batch"  # where the scale cluster's held jobs wait
 
 
@@ -58,7 +61,15 @@ def child(read: str, url: str, key_path: str) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
     started = time.perf_counter()
-    if read == "queue":
+    if read == "queue unchanged":
+        poll = reads.QueuePoll([PARTITION])
+        poll.read(client)  # the first read, in full, before the measure
+        tracemalloc.stop()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        tracemalloc.start()
+        started = time.perf_counter()
+        kept = len(poll.read(client).jobs)
+    elif read == "queue":
         kept = len(reads.read_slurm_queue(client, [PARTITION]).jobs)
     elif read == "plan":
         # read_slurm_jobs finds the lendable partitions by the NodeSets' keys, which this
@@ -84,7 +95,7 @@ def child(read: str, url: str, key_path: str) -> None:
     )
 
 
-def measure(read: str, url: str, key_path: str, proxy: object, trials: int) -> dict[str, object]:
+def measure(read: str, url: str, key_path: str, proxy: object, trials: int) -> dict[str, t.Any]:
     runs, requests = [], set()
     for _trial in range(trials):
         before = proxy.count  # type: ignore[attr-defined]
@@ -101,6 +112,7 @@ def measure(read: str, url: str, key_path: str, proxy: object, trials: int) -> d
         "requests": sorted(requests),
         "s": statistics.median(r["s"] for r in runs),
         "rss_mib": max(r["rss_mib"] for r in runs),
+        "process_mib": max(r["process_mib"] for r in runs),
         "traced_mib": max(r["traced_mib"] for r in runs),
         "kept": runs[-1]["kept"],
     }
@@ -140,15 +152,24 @@ def main() -> None:
             scale.down()
 
     print(f"\nSlurm's demand read: {nodes} nodes, {jobs} jobs, median of {args.trials} trials")
-    header = f"{'read':<18} {'requests':>9} {'seconds':>8} {'peak RSS MiB':>13} {'Python MiB':>11} {'kept':>6}"
+    header = (
+        f"{'read':<18} {'requests':>9} {'seconds':>8} {'RSS growth MiB':>15}"
+        f" {'process MiB':>12} {'Python MiB':>11} {'kept':>6}"
+    )
     print(header)
     print("-" * len(header))
     for read, row in rows:
         print(
             f"{read:<18} {','.join(map(str, row['requests'])):>9} {row['s']:>8.2f}"
-            f" {row['rss_mib']:>13.1f} {row['traced_mib']:>11.1f} {row['kept']:>6}"
+            f" {row['rss_mib']:>15.1f} {row['process_mib']:>12.1f} {row['traced_mib']:>11.1f}"
+            f" {row['kept']:>6}"
         )
-    print("requests include the API version request each fresh client makes (1)")
+    print(
+        "requests: all of the read's process, with the API version request (1) and, for"
+        " 'queue unchanged', the full read before it; RSS growth: the process's peak above"
+        " what it had before the read; process: its whole peak, Python and the collection"
+        " imported"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ decisions are the pure functions of ``plan`` and ``options``.
 
 from __future__ import annotations
 
+import math
+import time
 import typing as t
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -135,6 +137,68 @@ def read_slurm_queue(slurm: t.Any, lendable: Iterable[str]) -> SlurmQueue:
     return _read_jobs(slurm, slurm.partitions(), set(lendable), running=False)[1]
 
 
+class QueuePoll:
+    """The queue of the named lendable partitions, polled: jobs are read again only when
+    slurmctld says some changed (``update_time``), and in full at least every
+    `full_every_s` (a change in the second of the last read would otherwise wait for the
+    next one), with the partitions' limits."""
+
+    def __init__(
+        self,
+        lendable: Iterable[str],
+        full_every_s: float = 300.0,
+        clock: t.Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lendable = set(lendable)
+        self.full_every_s = full_every_s
+        self.clock = clock
+        self.queue: SlurmQueue | None = None
+        self.reads = self.unchanged = 0  # for the benchmark and the source's log
+        self._last_update: int | None = None
+        self._full_at = -math.inf
+
+    def read(self, slurm: t.Any) -> SlurmQueue:
+        """The queue now: the last one when no job changed, else read again."""
+        now = self.clock()
+        full = self.queue is None or now - self._full_at >= self.full_every_s
+        partitions: Sequence[JSON] = ()
+        if full:
+            partitions = slurm.partitions()
+            self._full_at = now
+        pending, last_update = slurm.jobs_since(
+            None if full else self._last_update, self._keep_pending
+        )
+        self.reads += 1
+        if pending is None and self.queue is not None:
+            self.unchanged += 1
+            return self.queue
+        self._last_update = last_update
+        limits = (
+            _partition_limits(partitions, self.lendable)
+            if full
+            else (self.queue.partitions if self.queue else {})
+        )
+        self.queue = SlurmQueue(tuple(pending or ()), limits)
+        return self.queue
+
+    def _keep_pending(self, job: JSON) -> t.Any:
+        if is_pending(job) and self.lendable.intersection(str(job.get("partition")).split(",")):
+            return pending_job(job)
+        return None
+
+
+def _partition_limits(
+    partitions: Sequence[JSON], lendable: set[str]
+) -> dict[str, LendablePartition]:
+    return {
+        str(part["name"]): LendablePartition(
+            str(part["name"]), _seconds(part.get("max_time")), _seconds(part.get("default_time"))
+        )
+        for part in partitions
+        if part.get("name") in lendable
+    }
+
+
 def _read_jobs(
     slurm: t.Any, partitions: Sequence[JSON], lendable: set[str], *, running: bool
 ) -> tuple[list[JSON], SlurmQueue]:
@@ -149,15 +213,7 @@ def _read_jobs(
     kept = slurm.jobs(keep)
     return [item for is_running, item in kept if is_running], SlurmQueue(
         tuple(item for is_running, item in kept if not is_running),
-        {
-            str(part["name"]): LendablePartition(
-                str(part["name"]),
-                _seconds(part.get("max_time")),
-                _seconds(part.get("default_time")),
-            )
-            for part in partitions
-            if part.get("name") in lendable
-        },
+        _partition_limits(partitions, lendable),
     )
 
 

@@ -752,7 +752,15 @@ class SlurmRestClient:
         `keep` keeps: the demand read of 10,000 jobs keeps a few fields of the pending and
         running ones.
         """
-        kept: list[JSON] = []
+        return self.jobs_since(None, keep)[0] or []
+
+    def jobs_since(
+        self, update_time: int | None, keep: t.Callable[[JSON], t.Any] | None = None
+    ) -> tuple[list[t.Any] | None, int | None]:
+        """jobs(keep), or None when no job changed since `update_time` (slurmctld then sends
+        no job at all: a poll of an unchanged queue of 10,000 jobs costs 1 kB, not 80 MB);
+        and the update time to ask with next."""
+        kept: list[t.Any] = []
 
         def each(raw: JSON) -> None:
             if raw is RESTART:
@@ -763,8 +771,16 @@ class SlurmRestClient:
             if item is not None:
                 kept.append(item)
 
-        self.request("GET", self._slurm("jobs/"), stream=("jobs", each))
-        return kept
+        query = {"update_time": update_time} if update_time else None
+        body = self.request("GET", self._slurm("jobs/"), query=query, stream=("jobs", each))
+        if update_time and any(
+            str(warning.get("description", "")).startswith(NO_JOB_CHANGES)
+            for warning in body.get("warnings") or []
+            if isinstance(warning, dict)
+        ):
+            return None, update_time
+        last = plain_number(body.get("last_update"))
+        return kept, int(last) if isinstance(last, (int, float)) and last > 0 else None
 
     def signal_job(
         self, job_id: int | str, signal: str = "SIGKILL", batch_only: bool = False
@@ -800,6 +816,8 @@ def _refused_unless_clean(method: str, url: str, status: int, body: JSON) -> JSO
     return body
 
 
+# The warning of a jobs/ answer to update_time when no job changed since [V jobs.c].
+NO_JOB_CHANGES = "No job changes since update_time"
 # Given to a stream's `each` before a retried request sends the items again.
 RESTART: t.Final[JSON] = {}
 
