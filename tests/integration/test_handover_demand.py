@@ -25,27 +25,6 @@ pytestmark = pytest.mark.integration
 DEMAND = {**POLICY, "lend_when": "demand"}
 
 
-def queue(pool: Pool, **job: t.Any) -> int:
-    """A job in backfill, left pending (submit() waits for it to run)."""
-    status, body = pool.slurm.request(
-        "POST",
-        f"/slurm/{pool.slurm.api}/job/submit",
-        {
-            "job": {
-                "name": "demand",
-                "partition": "backfill",
-                "current_working_directory": "/tmp",
-                "environment": ["PATH=/usr/bin:/bin"],
-                "script": "#!/bin/sh\nsleep 600\n",
-                **job,
-            }
-        },
-        user="alice",
-    )
-    assert status == 200 and not body.get("errors"), body
-    return int(body["job_id"])
-
-
 def plan(pool: Pool, **policy: t.Any) -> t.Any:
     result = run_task(
         "hpcops.slinky.handover_plan",
@@ -86,12 +65,12 @@ def test_nothing_is_lent_for_an_empty_queue_nor_for_jobs_a_lent_node_would_not_s
     assert not run.failed, run.failures()
     assert journals(pool) == {"int01": "free", "int02": "free"}
 
-    held = queue(pool, hold=True)
-    too_wide = queue(pool, cpus_per_task=64)  # 64 CPUs; the pool's nodes have 32
-    too_long = queue(pool, time_limit={"set": True, "number": 600})  # MaxTime is 240 min
+    held = pool.queue(hold=True)
+    too_wide = pool.queue(cpus_per_task=64)  # 64 CPUs; the pool's nodes have 32
+    too_long = pool.queue(time_limit={"set": True, "number": 600})  # MaxTime is 240 min
     # Over the 60 s grace, and a reclaim could not requeue it.
-    not_requeueable = queue(pool, requeue=False, time_limit={"set": True, "number": 30})
-    after_held = queue(pool, dependency=f"afterok:{held}")
+    not_requeueable = pool.queue(requeue=False, time_limit={"set": True, "number": 30})
+    after_held = pool.queue(dependency=f"afterok:{held}")
     result = plan(pool)
     demand = result["slurm_demand"]
     assert result["lend"] == [] and result["reclaim"] == []
@@ -116,7 +95,7 @@ def test_as_many_nodes_as_the_waiting_jobs_need_are_lent_and_given_back_when_idl
     clean_pool: Pool,
 ) -> None:
     pool = clean_pool
-    first = queue(pool, time_limit={"set": True, "number": 10})
+    first = pool.queue(time_limit={"set": True, "number": 10})
     result = plan(pool)
     assert result["slurm_demand"]["fitting_jobs"] == 1
     assert len(result["lend"]) == 1
@@ -133,7 +112,7 @@ def test_as_many_nodes_as_the_waiting_jobs_need_are_lent_and_given_back_when_idl
 
     # A two-node job: the lent node runs the first job, so only one idle node could be
     # had (the free one). The job would wait half-served: nothing is lent for it.
-    pair = queue(pool, minimum_nodes=2, maximum_nodes=2, time_limit={"set": True, "number": 10})
+    pair = pool.queue(minimum_nodes=2, maximum_nodes=2, time_limit={"set": True, "number": 10})
     result = plan(pool)
     assert result["lend"] == []
     assert result["slurm_demand"]["unplaced_jobs"] == [pair]

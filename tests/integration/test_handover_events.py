@@ -10,7 +10,10 @@ so what the Deployment's pod runs is run here: the real ansible-rulebook with th
 ServiceAccount's token. With it running and nobody starting a playbook, idle pool nodes are
 lent, a notebook that waits for a node runs on a reclaimed one, fifty notebooks make a few
 runs, and the source rides out a restart of kube-apiserver. A watch from a resourceVersion
-the apiserver no longer has gets its real 410 and lists again.
+the apiserver no longer has gets its real 410 and lists again. With the policy's
+``lend_when: demand`` the source reads the real slurmctld's queue (through slurmrestd, with
+the Token's Secret the role names), and a job submitted to backfill runs on the one node
+its event lends.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from test_handover_schedule import (
     NS,
     SCHEDULE,
     STATUS,
+    TOKEN_SECRET,
     account_kubeconfig,
     account_may,
     management_host_applied,
@@ -69,6 +73,12 @@ EVENTS = {
 }
 POOL_SELECTOR = {"hpcops.io/pool": "interactive"}
 LEASE = "hpcops-slinky-handover"
+# lend_when demand: the source reads Slurm's queue every 2 s (the role's least).
+DEMAND_EVENTS = {
+    **EVENTS,
+    "handover_policy": {**EVENT_POLICY, "lend_when": "demand"},
+    "handover_schedule_event_slurm_poll_s": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +138,9 @@ WATCH_ACCESS = [
     ("list", "leases", NS, "", False),
     ("watch", "leases", "kube-node-lease", "int01", False),
     ("watch", "secrets", NS, "", False),
+    # lend_when demand: the Token's Secret, which the runs read too; no other.
+    ("get", "secrets", NS, TOKEN_SECRET, True),
+    ("get", "secrets", NS, "slurm-jwt-key", False),
     ("watch", "configmaps", NS, "", False),
     ("watch", "events", NS, "", False),
 ]
@@ -440,6 +453,152 @@ def test_a_watch_the_apiserver_no_longer_has_lists_again_and_stops_at_once(pool:
         pool.lab.request("DELETE", f"/api/v1/namespaces/{APPS}/pods/watched?gracePeriodSeconds=0")
         api.close()
     assert not watch.is_alive() and stopped_in < 2, stopped_in
+
+
+@pytest.fixture
+def demand_rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebook]:
+    """The role applied again with lend_when demand, and its rulebook running; afterwards
+    stopped, and the role as the other tests have it."""
+    run = evented.playbook("schedule", **DEMAND_EVENTS)
+    assert not run.failed, run.failures()
+    try:
+        slurm_token(evented.lab)
+        running = Rulebook.as_the_deployment(clean_pool, tmp_path)
+        try:
+            yield running
+        finally:
+            running.stop_between_runs()
+    finally:
+        run = evented.playbook("schedule", **EVENTS)
+        assert not run.failed, run.failures()
+
+
+def test_the_role_gives_the_source_slurms_url_and_the_tokens_secret_with_lend_when_demand(
+    demand_rulebook: Rulebook,
+) -> None:
+    lab = demand_rulebook.pool.lab
+    events = yaml.safe_load(
+        lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-events")["data"]["events.yml"]
+    )["handover_events"]
+    assert events["policy"]["lend_when"] == "demand"
+    assert events["slurm"] == {
+        "url": "http://127.0.0.1:6820",  # the lab inventory's handover_slurmrestd_url
+        "token_secret": {"namespace": NS, "name": TOKEN_SECRET, "key": "auth-token"},
+        "user": "slurm",
+        "poll_s": 2.0,
+    }
+    assert "polling Slurm's queue of partition(s) backfill at http://127.0.0.1:6820 every 2 s" in (
+        demand_rulebook.alive_log()
+    )
+    # With its poll of Slurm as well, SIGTERM stops it promptly, between runs.
+    wait_until(
+        lambda: (
+            all("idle_since" in demand_rulebook.pool.journal(name) for name in LENDABLE)
+            and not demand_rulebook.running_playbook()
+        ),
+        120,
+        "the idle event's run to end",
+    )
+    began = time.time()
+    code = demand_rulebook.stop()
+    assert time.time() - began < 15
+    log = demand_rulebook.log()
+    assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (code, log[-2000:])
+    assert "Traceback" not in log and "Slurm's queue: " not in log, log[-4000:]
+
+
+def test_a_job_an_idle_node_would_start_runs_within_seconds_on_the_one_node_lent_for_it(
+    demand_rulebook: Rulebook,
+) -> None:
+    """Nobody starts a playbook: the source reads the queue, announces slurm_demand, the
+    rulebook's rebalance lends one node, and the job runs there."""
+    pool = demand_rulebook.pool
+    token = slurm_token(pool.lab)
+    # The first run records the idle nodes' idle_since (an idle event) and lends nothing:
+    # nothing waits in Slurm.
+    wait_until(
+        lambda: (
+            demand_rulebook.alive_log()
+            and all("idle_since" in pool.journal(name) for name in LENDABLE)
+            and not demand_rulebook.running_playbook()
+        ),
+        120,
+        "the idle event's run to record idle_since",
+    )
+    assert all(pool.journal(name)["state"] == "free" for name in LENDABLE)
+
+    submitted = time.time()
+    job_id = backfill_job(pool)
+    seen: dict[str, t.Any] = {}
+
+    def running_and_reported() -> bool:
+        """Whether the job runs (when first seen so) and the summary of the run that lent
+        for it has been read: read at once, as a repeat's run would overwrite it."""
+        demand_rulebook.alive_log()
+        if "ran" not in seen and "RUNNING" in pool.job(job_id)["job_state"]:
+            seen["ran"] = time.time()
+        if "summary" not in seen:
+            status, body = pool.lab.request("GET", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
+            if status == 200:
+                summary = json.loads(body["data"]["summary.json"])
+                if summary["started"] >= submitted and summary["trigger"]["by"] == "slurm_demand":
+                    seen["summary"] = summary
+        return "ran" in seen and "summary" in seen
+
+    try:
+        wait_until(running_and_reported, 120, f"job {job_id} to run on a node lent for it")
+        waited = seen["ran"] - submitted
+        node = pool.job(job_id)["nodes"]
+        assert node in LENDABLE, node
+        summary = seen["summary"]
+        assert summary["lent"] == [node], summary
+        assert summary["trigger"]["jobs"] == [job_id]
+        assert summary["trigger"]["nodes"] == [node]
+        # The event is repeated every repeat_s while the source's last read shows the job
+        # pending and a node free: a run it starts before the job runs places the job on the
+        # node lent for it and lends nothing more.
+        wait_until(
+            lambda: time.time() > seen["ran"] + 13 and not demand_rulebook.running_playbook(),
+            60,
+            "the runs of this job's events to end",
+        )
+        runs = [
+            line.split(" (pool: ")[0]
+            for line in run_summaries(pool, submitted)
+            if "; on slurm_demand: " in line
+        ]
+        assert runs and "1 lent in" in runs[0], runs
+        assert not any(" lent in" in run for run in runs[1:]), runs
+        (other,) = set(LENDABLE) - {node}
+        assert pool.journal(node)["state"] == "lent"
+        assert pool.journal(other)["state"] == "free"  # one job, one node
+        log = demand_rulebook.log()
+        assert (
+            f"announcing slurm_demand: 1 job(s) waiting in Slurm that 1 idle pool node(s) "
+            f"would start: {job_id}"
+        ) in log, log[-3000:]
+        assert token not in log
+        print(
+            f"job {job_id} submitted to backfill announced after "
+            f"{announced_at(log, 'slurm_demand') - submitted:.1f} s, ran on {node} after "
+            f"{waited:.1f} s (its lend took {summary['duration_s']:.1f} s); {len(runs)} run(s) "
+            "on its events"
+        )
+    finally:
+        pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job_id}")
+
+
+def announced_at(log: str, trigger: str) -> float:
+    """When the rulebook's log first says the source announced `trigger` (Unix time; the
+    log's times are local)."""
+    line = next(line for line in log.splitlines() if f" - announcing {trigger}: " in line)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def backfill_job(pool: Pool) -> int:
+    """A job in backfill for one CPU, its time limit (1 min) within the lab's 60 s grace and
+    requeue-able, left pending: backfill has no node until one is lent."""
+    return pool.queue(name="slurm-demand", time_limit={"set": True, "number": 1}, requeue=True)
 
 
 def test_the_rulebook_stops_cleanly_on_sigterm(rulebook: Rulebook) -> None:

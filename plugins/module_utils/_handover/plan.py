@@ -218,9 +218,7 @@ def plan(
     free = [n for n in pool if n.journal.state == JournalState.FREE]
     free_idle = [n for n in free if busy.get(n.name, 0) == 0 and n.ready and not n.unschedulable]
     pending = pending_demand(pods, policy)
-    shapes = [(n.cpu_m, n.memory_b) for n in pool if n.cpu_m and n.memory_b]
-    # More demand than free and lent nodes together changes nothing in the plan.
-    demand = demanded_nodes(pending, min(shapes) if shapes else (1, 1), len(pool) + len(resume))
+    demand = application_demand(pending, pool, len(resume))
     wanted_free = demand + policy.headroom
     budget = max(policy.max_changes_per_run - len(resume), 0)
 
@@ -238,10 +236,14 @@ def plan(
         left_alone += [Decision(n.name, "lent; not needed back in this run") for n in ranked[take:]]
         left_alone += [Decision(n.name, "free; the applications need the pool") for n in free]
     else:
-        cap = math.floor(policy.max_lent_fraction * (len(pool) + len(resume)))
-        if policy.max_lent is not None:
-            cap = min(cap, policy.max_lent)
-        room = max(min(len(free_idle) - wanted_free, cap - len(lent) - len(resume), budget), 0)
+        room = lend_room(
+            pool=len(pool),
+            lent=len(lent),
+            under_way=len(resume),
+            free_idle=len(free_idle),
+            wanted_free=wanted_free,
+            policy=policy,
+        )
         blockers = {
             node.name: _lend_blocker_here(node, busy, slurm_nodes, policy, now) for node in free
         }
@@ -285,6 +287,26 @@ def plan(
         lent=len(lent),
         slurm_demand=slurm_demand,
     )
+
+
+def application_demand(pending: Sequence[PodView], pool: Sequence[NodeView], under_way: int) -> int:
+    """Pool nodes the pending application pods need (first-fit on the smallest pool node of
+    `pool`, the free and lent ones); more than the pool holds changes nothing."""
+    shapes = [(n.cpu_m, n.memory_b) for n in pool if n.cpu_m and n.memory_b]
+    return demanded_nodes(pending, min(shapes) if shapes else (1, 1), len(pool) + under_way)
+
+
+def lend_room(
+    *, pool: int, lent: int, under_way: int, free_idle: int, wanted_free: int, policy: Policy
+) -> int:
+    """How many free idle nodes a run may lend: those beyond `wanted_free`, within
+    max_lent and max_lent_fraction of the pool (`pool` free and lent nodes, `under_way`
+    lending or reclaiming), and within max_changes_per_run less the handovers under way."""
+    cap = math.floor(policy.max_lent_fraction * (pool + under_way))
+    if policy.max_lent is not None:
+        cap = min(cap, policy.max_lent)
+    budget = max(policy.max_changes_per_run - under_way, 0)
+    return max(min(free_idle - wanted_free, cap - lent - under_way, budget), 0)
 
 
 def _lend_blocker_here(

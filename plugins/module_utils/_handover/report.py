@@ -70,10 +70,19 @@ class RunTrigger:
     MANUAL: t.Final = "manual"  # someone ran the playbook
     TIMER: t.Final = "timer"  # the CronJob or the systemd timer
     DEMAND: t.Final = "demand"  # the event source: application pods wait
+    SLURM_DEMAND: t.Final = "slurm_demand"  # the event source: jobs an idle node would start
     IDLE: t.Final = "idle"  # the event source: pool nodes are idle
 
 
-TRIGGERS = (RunTrigger.MANUAL, RunTrigger.TIMER, RunTrigger.DEMAND, RunTrigger.IDLE)
+TRIGGERS = (
+    RunTrigger.MANUAL,
+    RunTrigger.TIMER,
+    RunTrigger.DEMAND,
+    RunTrigger.SLURM_DEMAND,
+    RunTrigger.IDLE,
+)
+# The triggers of the event source, whose runs name their event in the summary's line.
+EVENT_TRIGGERS = (RunTrigger.DEMAND, RunTrigger.SLURM_DEMAND, RunTrigger.IDLE)
 
 
 def run_trigger(trigger: t.Any) -> dict[str, t.Any]:
@@ -86,6 +95,7 @@ def run_trigger(trigger: t.Any) -> dict[str, t.Any]:
             "reason": str(trigger.get("reason", "")),
             "pods": [str(pod) for pod in trigger.get("pods") or ()],
             "nodes": [str(node) for node in trigger.get("nodes") or ()],
+            "jobs": [_job_id(job) for job in trigger.get("jobs") or ()],
             "at": str(trigger.get("at", "")),
         }
     by = str(trigger or "")
@@ -94,8 +104,17 @@ def run_trigger(trigger: t.Any) -> dict[str, t.Any]:
         "reason": "",
         "pods": [],
         "nodes": [],
+        "jobs": [],
         "at": "",
     }
+
+
+def _job_id(job: t.Any) -> t.Any:
+    """A Slurm job id of an event: a number, or its text when it is none."""
+    try:
+        return int(job)
+    except (TypeError, ValueError):
+        return str(job)
 
 
 # Where a node asked for must end for the run to be done.
@@ -270,7 +289,7 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
 def _trigger_text(summary: Mapping[str, t.Any]) -> str:
     """What started an event's run, for the line (timer and manual runs say nothing)."""
     trigger = summary.get("trigger") or {}
-    if trigger.get("by") not in (RunTrigger.DEMAND, RunTrigger.IDLE):
+    if trigger.get("by") not in EVENT_TRIGGERS:
         return ""
     return f"; on {trigger['by']}: {trigger.get('reason') or 'an event'}"
 
@@ -317,7 +336,8 @@ def metrics_text(summary: Mapping[str, t.Any], cluster: str = "") -> str:
         ),
         (
             "last_run_trigger",
-            "What started the newest run: 1 for its trigger (manual, timer, demand or idle).",
+            "What started the newest run: 1 for its trigger (manual, timer, demand, "
+            "slurm_demand or idle).",
             [
                 ({"trigger": name}, name == (summary.get("trigger") or {}).get("by", ""))
                 for name in TRIGGERS

@@ -12,10 +12,21 @@ with the time, which event to emit now and when to look again:
   an announcement are gathered into the next event. Demand is
   level-triggered: announced again every ``repeat_s`` while such pods stay unschedulable, so
   an event whose run found the Lease held, or failed, is not lost.
+* ``slurm_demand`` (``lend_when: demand``, with Slurm's queue polled by the source): pending
+  jobs of the lendable partitions that an idle pool node would start, as the planner's
+  `place` places them on the free nodes it could lend now (`lend_blocker`, longest idle
+  first, within the room its headroom, ``max_lent`` and ``max_changes_per_run`` leave).
+  The source does not read Slurm's nodes, so a job that a lent node idle in Slurm would
+  start counts too; the run's plan then lends nothing for it. Edge-triggered on new job
+  ids (the first at once, those that follow within ``debounce_s`` gathered), and repeated
+  every ``repeat_s`` while such jobs wait and a node could be lent for them; a repeat waits
+  for a read of the queue that began after the last run that held the Lease ended (one read
+  before it may still show the jobs that run has started).
 * ``idle``: a free pool node has run no application pod for ``lend_min_idle_s`` (by the
   journal's ``idle_since``, the clock the planner lends by), or is idle and its journal has
   no ``idle_since`` yet (a run records it). Announced once per node and idle period, and
-  only while more nodes are idle than the policy's headroom keeps free.
+  only while more nodes are idle than the policy's headroom keeps free. With
+  ``lend_when: demand`` only the latter: idle nodes alone lend nothing then.
 
 Nothing is announced while another run holds the Lease live: the event waits for its release
 (or expiry) instead of starting a run that would find it held.
@@ -23,16 +34,27 @@ Nothing is announced while another run holds the Lease live: the event waits for
 
 from __future__ import annotations
 
+import math
 import typing as t
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand import (
+    Placement,
+    Shape,
+    SlurmQueue,
+    place,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     JournalState,
+    LendWhen,
     Policy,
     matches,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import (
+    application_demand,
+    lend_blocker,
+    lend_room,
     pending_demand,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
@@ -52,19 +74,23 @@ class Trigger:
     """What an event announces (``event.handover.trigger``)."""
 
     DEMAND: t.Final = "demand"
+    SLURM_DEMAND: t.Final = "slurm_demand"
     IDLE: t.Final = "idle"
 
 
 class WatchedKind:
-    """The objects the source watches."""
+    """The objects the source watches, and Slurm's queue it polls."""
 
     POD: t.Final = "Pod"
     NODE: t.Final = "Node"
     LEASE: t.Final = "Lease"
+    SLURM_QUEUE: t.Final = "SlurmQueue"
 
 
-# How many pods or nodes an event's reason names before it says "and N more".
+# How many pods, nodes or jobs an event's reason names before it says "and N more".
 REASON_NAMES = 5
+
+Event = dict[str, t.Any]
 
 
 @dataclass(frozen=True)
@@ -81,23 +107,55 @@ def _pod_key(pod: PodView) -> str:
     return f"{pod.namespace}/{pod.name}"
 
 
-def _named(names: list[str]) -> str:
-    shown = ", ".join(names[:REASON_NAMES])
+def _named(names: Sequence[t.Any]) -> str:
+    shown = ", ".join(str(name) for name in names[:REASON_NAMES])
     more = len(names) - REASON_NAMES
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+def _shape(node: NodeView) -> Shape:
+    return Shape(node.cpu_m, node.memory_b, node.gpus)
+
+
+def _edge_then_level(
+    seen: Mapping[t.Any, float],
+    announced: Iterable[t.Any],
+    announced_at: float | None,
+    settings: TriggerSettings,
+) -> float:
+    """When to announce what is `seen` (key -> when first seen): at once for a key the last
+    announcement did not have (keys that follow within debounce_s of an announcement are
+    gathered into the next), else every repeat_s."""
+    last = float("-inf") if announced_at is None else announced_at
+    done = set(announced)
+    new = [when for key, when in seen.items() if key not in done]
+    if new:
+        return max(min(new), last + settings.debounce_s)
+    return last + settings.repeat_s
+
+
 class PoolWatch:
-    """The pool as the watches last reported it, and what has been announced."""
+    """The pool as the watches last reported it, Slurm's queue as last polled, and what has
+    been announced."""
 
     def __init__(self, settings: TriggerSettings) -> None:
         self.settings = settings
         self.nodes: dict[str, NodeView] = {}
         self.pods: dict[str, PodView] = {}
         self.lease: Mapping[str, t.Any] | None = None
+        self.queue: SlurmQueue | None = None  # None: not read, or the last read failed
+        self.queue_read_at: float | None = None  # when the read of `queue` began
         self._demand_seen: dict[str, float] = {}  # pod key -> when first seen pending
         self._demand_announced_at: float | None = None
         self._idle_announced: set[tuple[str, float | None]] = set()
+        self._jobs_seen: dict[int, float] = {}  # job id -> when first seen to start on a lend
+        self._jobs_announced: frozenset[int] = frozenset()
+        self._jobs_announced_at: float | None = None
+        self._queue_read = 0  # counts the queues taken, to know when to place again
+        self._placed: tuple[tuple[t.Any, ...], Placement] | None = None
+        # When the Lease was first seen free after another run held it (its run has ended).
+        self._lease_held = False
+        self._lease_free_since: float | None = None
 
     # What the watches report.
 
@@ -135,6 +193,13 @@ class PoolWatch:
         elif kind == WatchedKind.LEASE:
             self.lease = None if deleted else obj
 
+    def take_queue(self, queue: SlurmQueue | None, read_at: float | None = None) -> None:
+        """Slurm's queue as a poll that began at `read_at` read it; None when the poll
+        failed (nothing is then known of Slurm's demand until a read succeeds again)."""
+        self.queue = queue
+        self.queue_read_at = read_at if queue is not None else None
+        self._queue_read += 1
+
     # What to announce.
 
     def lease_held_for(self, now: float) -> float | None:
@@ -144,30 +209,50 @@ class PoolWatch:
             return None
         return decision.expires_in if decision.expires_in is not None else 0.0
 
-    def due(self, now: float) -> tuple[dict[str, t.Any] | None, float | None]:
+    def _looks(self, now: float) -> list[tuple[str, Event | None, float | None]]:
+        """Each trigger's event due now (or None) and when it will be due, in the order
+        they go out: application pods first (a reclaim), then Slurm's jobs, then idle nodes."""
+        return [
+            (Trigger.DEMAND, *self._demand(now)),
+            (Trigger.SLURM_DEMAND, *self._slurm_demand(now)),
+            (Trigger.IDLE, *self._idle(now)),
+        ]
+
+    def due(self, now: float) -> tuple[Event | None, float | None]:
         """The event to emit now (or None), and when to look again (None: at the next change)."""
-        demand_event, demand_at = self._demand(now)
-        idle_event, idle_at = self._idle(now)
-        wanted = demand_event or idle_event
-        wake = min((at for at in (demand_at, idle_at) if at is not None), default=None)
+        held = self.lease_held_for(now)
+        if held is not None:
+            self._lease_held = True
+        elif self._lease_held:
+            self._lease_held = False
+            self._lease_free_since = now
+        looks = self._looks(now)
+        wake = min((at for _name, _event, at in looks if at is not None), default=None)
+        wanted = next(((name, event) for name, event, _at in looks if event is not None), None)
         if wanted is None:
             return None, wake
-        held = self.lease_held_for(now)
         if held is not None:
             # The run that holds it may well do what the event asks; look once it ends.
             return None, now + max(held, 0.5)
-        if demand_event is not None:
+        name, event = wanted
+        if name == Trigger.DEMAND:
             self._demand_announced_at = now
+        elif name == Trigger.SLURM_DEMAND:
+            self._jobs_announced_at = now
+            self._jobs_announced = frozenset(event["jobs"])
         else:
             self._idle_announced.update(self._idle_keys(now))
-        return wanted, self._next_wake(now)
+        return event, self._next_wake(now)
 
     def _next_wake(self, now: float) -> float | None:
-        _event, demand_at = self._demand(now)
-        _event, idle_at = self._idle(now)
-        return min((at for at in (demand_at, idle_at) if at is not None), default=None)
+        # Another trigger's event due now too goes out at the next look, at once.
+        return min(
+            (now if event is not None else at for _name, event, at in self._looks(now)),
+            key=lambda at: math.inf if at is None else at,
+            default=None,
+        )
 
-    def _demand(self, now: float) -> tuple[dict[str, t.Any] | None, float | None]:
+    def _demand(self, now: float) -> tuple[Event | None, float | None]:
         pending = sorted(
             _pod_key(p) for p in pending_demand(list(self.pods.values()), self.settings.policy)
         )
@@ -190,13 +275,16 @@ class PoolWatch:
         event = {"trigger": Trigger.DEMAND, "reason": reason, "pods": pending, "nodes": []}
         return event, None
 
-    def _idle_free_nodes(self) -> list[NodeView]:
+    def _app_pods_per_node(self) -> dict[str, int]:
         policy = self.settings.policy
-        busy = {
-            p.node
-            for p in self.pods.values()
-            if p.node and p.phase in ("Pending", "Running") and is_application_pod(p, policy)
-        }
+        busy: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
+                busy[pod.node] = busy.get(pod.node, 0) + 1
+        return busy
+
+    def _idle_free_nodes(self) -> list[NodeView]:
+        busy = self._app_pods_per_node()
         return [
             n
             for n in self.nodes.values()
@@ -206,22 +294,140 @@ class PoolWatch:
             and n.name not in busy
         ]
 
+    # Slurm's demand (lend_when demand).
+
+    def _lend_room(self, free_idle: int) -> int:
+        """How many free nodes a run could lend now, by the planner's own limits."""
+        policy = self.settings.policy
+        states = [n.journal.state for n in self.nodes.values()]
+        under_way = sum(s in (JournalState.LENDING, JournalState.RECLAIMING) for s in states)
+        pool = [
+            n
+            for n in self.nodes.values()
+            if n.journal.state in (JournalState.FREE, JournalState.LENT)
+        ]
+        pending = pending_demand(list(self.pods.values()), policy)
+        return lend_room(
+            pool=len(pool),
+            lent=sum(s == JournalState.LENT for s in states),
+            under_way=under_way,
+            free_idle=free_idle,
+            wanted_free=policy.headroom + application_demand(pending, pool, under_way),
+            policy=policy,
+        )
+
+    def _lendable_now(self, now: float) -> list[NodeView]:
+        """The free pool nodes the planner could lend now (its lend_blocker), longest idle
+        first (a node with no idle_since yet counts as idle since now, as in the plan)."""
+        busy = self._app_pods_per_node()
+        policy = self.settings.policy
+        lendable = [
+            n
+            for n in self.nodes.values()
+            if n.journal.state == JournalState.FREE
+            and lend_blocker(n, busy.get(n.name, 0), policy, now) is None
+        ]
+        return sorted(
+            lendable,
+            key=lambda n: (
+                n.journal.idle_since if n.journal.idle_since is not None else now,
+                n.name,
+            ),
+        )
+
+    def _placement(self, queue: SlurmQueue, now: float) -> Placement:
+        """demand.place() over the queue and the nodes lendable now; placed again only when
+        the queue, those nodes or the room change."""
+        policy = self.settings.policy
+        free = [(n.name, _shape(n)) for n in self._lendable_now(now)]
+        room = min(len(free), self._lend_room(len(self._idle_free_nodes())))
+        shapes = [
+            _shape(n)
+            for n in self.nodes.values()
+            if n.journal.state in (JournalState.FREE, JournalState.LENT)
+        ]
+        key = (self._queue_read, tuple(free), room, tuple(sorted(set(shapes), key=repr)))
+        if self._placed is None or self._placed[0] != key:
+            # No idle lent nodes: the source does not read Slurm's nodes (see the docstring).
+            placement = place(queue.jobs, queue.partitions, policy, shapes, [], free, room)
+            self._placed = (key, placement)
+        return self._placed[1]
+
+    def _stale_queue(self) -> bool:
+        """Whether the queue was read before the last run that held the Lease ended: a job
+        announced again on it may be one that run has started since."""
+        free_since = self._lease_free_since
+        read_at = self.queue_read_at
+        return free_since is not None and (read_at is None or read_at < free_since)
+
+    def _upcoming_lendable(self, now: float) -> float | None:
+        """When the next free idle node becomes lendable by the clock (its lend_min_idle_s
+        or its cool-down), if one will."""
+        policy = self.settings.policy
+        times = [
+            max(
+                n.journal.idle_since + policy.lend_min_idle_s,
+                (n.journal.last_reclaim or 0.0) + policy.relend_cooldown_s,
+            )
+            for n in self._idle_free_nodes()
+            if n.journal.idle_since is not None
+        ]
+        return min((at for at in times if at > now), default=None)
+
+    def _slurm_demand(self, now: float) -> tuple[Event | None, float | None]:
+        queue = self.queue
+        if self.settings.policy.lend_when != LendWhen.DEMAND or queue is None:
+            return None, None
+        placement = self._placement(queue, now)
+        jobs = sorted({job for name in placement.lend for job in placement.jobs_for[name]})
+        if not jobs:
+            self._jobs_seen = {}
+            self._jobs_announced = frozenset()
+            self._jobs_announced_at = None
+            return None, self._upcoming_lendable(now) if queue.jobs else None
+        self._jobs_seen = {job: self._jobs_seen.get(job, now) for job in jobs}
+        if set(jobs) <= self._jobs_announced and self._stale_queue():
+            return None, None  # the next read looks again
+        at = _edge_then_level(
+            self._jobs_seen, self._jobs_announced, self._jobs_announced_at, self.settings
+        )
+        if now < at:
+            return None, at
+        nodes = list(placement.lend)
+        reason = (
+            f"{len(jobs)} job(s) waiting in Slurm that {len(nodes)} idle pool node(s) would "
+            f"start: {_named(jobs)}"
+        )
+        event = {
+            "trigger": Trigger.SLURM_DEMAND,
+            "reason": reason,
+            "pods": [],
+            "nodes": nodes,
+            "jobs": jobs,
+        }
+        return event, None
+
+    # Idle nodes.
+
     def _idle_keys(self, now: float) -> list[tuple[str, float | None]]:
-        """The idle nodes a run could act on now: record idle_since, or lend."""
+        """The idle nodes a run could act on now: record idle_since, or (lend_when idle)
+        lend."""
         policy = self.settings.policy
         idle = self._idle_free_nodes()
         if len(idle) <= policy.headroom:
             return []
+        on_demand = policy.lend_when == LendWhen.DEMAND
         keys = []
         for node in idle:
             since = node.journal.idle_since
             last_reclaim = node.journal.last_reclaim
             cooled = last_reclaim is None or last_reclaim + policy.relend_cooldown_s <= now
-            if since is None or (since + policy.lend_min_idle_s <= now and cooled):
+            lendable = not on_demand and since is not None
+            if since is None or (lendable and since + policy.lend_min_idle_s <= now and cooled):
                 keys.append((node.name, since))
         return [key for key in keys if key not in self._idle_announced]
 
-    def _idle(self, now: float) -> tuple[dict[str, t.Any] | None, float | None]:
+    def _idle(self, now: float) -> tuple[Event | None, float | None]:
         policy = self.settings.policy
         idle = self._idle_free_nodes()
         # A node that was lent or busy since its announcement is announced afresh.
@@ -230,7 +436,8 @@ class PoolWatch:
         if len(idle) <= policy.headroom:
             return None, None  # the next pod or node change looks again
         keys = self._idle_keys(now)
-        # When the next idle node becomes lendable, if none is now.
+        # When the next idle node becomes lendable, if none is now (lend_when demand: never
+        # for being idle alone).
         later = [
             max(
                 n.journal.idle_since + policy.lend_min_idle_s,
@@ -239,6 +446,7 @@ class PoolWatch:
             for n in idle
             if n.journal.idle_since is not None
             and (n.name, n.journal.idle_since) not in self._idle_announced
+            and policy.lend_when != LendWhen.DEMAND
         ]
         upcoming = min((at for at in later if at > now), default=None)
         if not keys:

@@ -227,9 +227,26 @@ EVENT = {
 }
 
 
+SLURM_EVENT = {
+    "trigger": "slurm_demand",
+    "reason": "2 job(s) waiting in Slurm that 1 idle pool node(s) would start: 41, 42",
+    "pods": [],
+    "nodes": ["int01"],
+    "jobs": [41, 42],
+    "at": "2026-11-25T03:00:00.000000Z",
+}
+
+
 @pytest.mark.parametrize(
     ("given", "by"),
-    [(None, "manual"), ("timer", "timer"), ("cron", "manual"), (EVENT, "demand"), ({}, "manual")],
+    [
+        (None, "manual"),
+        ("timer", "timer"),
+        ("cron", "manual"),
+        (EVENT, "demand"),
+        (SLURM_EVENT, "slurm_demand"),
+        ({}, "manual"),
+    ],
 )
 def test_the_summary_says_what_started_the_run(given: t.Any, by: str) -> None:
     got = summary(trigger=given)
@@ -240,7 +257,9 @@ def test_the_summary_says_what_started_the_run(given: t.Any, by: str) -> None:
         for (name, labels), value in trigger.items()
         if name == "hpcops_slinky_handover_last_run_trigger"
     }
-    assert started == {name: float(name == by) for name in ("manual", "timer", "demand", "idle")}
+    assert started == {
+        name: float(name == by) for name in ("manual", "timer", "demand", "slurm_demand", "idle")
+    }
 
 
 def test_an_events_run_names_its_event_in_the_line() -> None:
@@ -250,6 +269,15 @@ def test_an_events_run_names_its_event_in_the_line() -> None:
         "; on demand: 2 unschedulable application pod(s): jupyterhub/nb-a, jupyterhub/nb-b"
     )
     assert "on " not in summary_line(summary(trigger="timer"))
+
+
+def test_a_run_on_slurms_demand_names_the_jobs() -> None:
+    got = summary(trigger=SLURM_EVENT)
+    assert got["trigger"]["jobs"] == [41, 42] and got["trigger"]["nodes"] == ["int01"]
+    assert summary_line(got).endswith(
+        "; on slurm_demand: 2 job(s) waiting in Slurm that 1 idle pool node(s) would start: 41, 42"
+    )
+    assert summary(trigger="timer")["trigger"]["jobs"] == []
 
 
 def test_every_node_warning_and_admin_drain_is_in_the_summary() -> None:
