@@ -20,6 +20,19 @@ applied with the event kind, and the rulebook runs here as its Deployment's pod 
   one minute and for the role's default of five.
 
 Target (issue 31): 5 s or less at p95 for the event-driven case.
+
+With --jobs, the Slurm user's side under lend_when demand instead: every pool node free and
+idle, a job submitted to backfill (one CPU, requeue-able), seconds until it runs:
+
+* event: the rulebook running, its source polling Slurm's queue every --poll-s seconds
+  (the role's default, 15); it announces the job and a run lends a node for it;
+* clock, measured: the rulebook stopped, the job submitted at a random moment of a
+  one-minute period, rebalance.yml run at the period's end;
+* clock, computed: period/2 + the run and the lend, for one and for five minutes;
+* lend_when idle, for comparison: both nodes lent beforehand (as idle lends them), the job
+  starts on one at once.
+
+The pool is given back between trials.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+import typing as t
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +58,13 @@ for path in (
 from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
 from handover_reclaim import deployed_lab  # noqa: E402
 from slurm_pods import SlinkyRest  # noqa: E402
-from test_handover_events import EVENTS, Rulebook, notebook, wait_all_lent  # noqa: E402
+from test_handover_events import (  # noqa: E402
+    EVENTS,
+    Rulebook,
+    backfill_job,
+    notebook,
+    wait_all_lent,
+)
 from test_handover_schedule import NS, STATUS, slurm_token  # noqa: E402
 from toolbox import LabError, wait_until  # noqa: E402
 
@@ -130,10 +150,171 @@ def clock_trials(pool: Pool, trials: int) -> tuple[list[float], list[float]]:
     return waited, runs
 
 
+def job_running(pool: Pool, job_id: int, timeout_s: float = 300) -> float:
+    """When the job was first seen RUNNING."""
+    wait_until(lambda: "RUNNING" in pool.job(job_id)["job_state"], timeout_s, f"job {job_id} runs")
+    return time.time()
+
+
+def cancel(pool: Pool, job_id: int) -> None:
+    pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job_id}")
+
+
+def job_event_trials(pool: Pool, trials: int) -> list[float]:
+    """Submission to RUNNING with the rulebook polling Slurm; the pool free before each."""
+    waited = []
+    for trial in range(trials):
+        pool.reset()
+        with tempfile.TemporaryDirectory(prefix="bench-jobs-") as workdir:
+            rulebook = Rulebook.as_the_deployment(pool, Path(workdir))
+            try:
+                # Its first run records the idle nodes' idle_since and lends nothing.
+                wait_until(
+                    lambda rb=rulebook: (
+                        rb.alive_log()
+                        and all("idle_since" in pool.journal(name) for name in LENDABLE)
+                        and not rb.running_playbook()
+                    ),
+                    120,
+                    "the pool's idle_since to be recorded",
+                )
+                submitted = time.time()
+                job_id = backfill_job(pool)
+                try:
+                    waited.append(job_running(pool, job_id) - submitted)
+                finally:
+                    cancel(pool, job_id)
+                print(
+                    f"  event trial {trial + 1}: job {job_id} ran after {waited[-1]:.1f} s",
+                    flush=True,
+                )
+            finally:
+                rulebook.stop_between_runs()
+    return waited
+
+
+def job_clock_trials(
+    pool: Pool, trials: int, policy: dict[str, t.Any]
+) -> tuple[list[float], list[float]]:
+    """(submission to RUNNING, the run's start to RUNNING) per trial, rebalance.yml on a
+    one-minute clock."""
+    waited, after_tick = [], []
+    for trial in range(trials):
+        pool.reset()
+        tick = time.time() + PERIOD_S
+        time.sleep(random.uniform(0, PERIOD_S - 1))  # noqa: S311 (a phase, not a secret)
+        submitted = time.time()
+        job_id = backfill_job(pool)
+        try:
+            time.sleep(max(0.0, tick - time.time()))
+            began = time.time()
+            run = pool.playbook("rebalance", handover_policy=policy)
+            assert not run.failed, run.failures()
+            ran = job_running(pool, job_id)
+            waited.append(ran - submitted)
+            after_tick.append(ran - began)
+        finally:
+            cancel(pool, job_id)
+        print(
+            f"  clock trial {trial + 1}: {waited[-1]:.1f} s ({after_tick[-1]:.1f} s after the run began)",
+            flush=True,
+        )
+    return waited, after_tick
+
+
+def job_lent_trials(pool: Pool, trials: int) -> list[float]:
+    """lend_when idle: the nodes lent beforehand; submission to RUNNING."""
+    waited = []
+    pool.reset()
+    run = pool.playbook("lend", handover_nodes=list(LENDABLE))
+    assert not run.failed, run.failures()
+    for name in LENDABLE:
+        pool.idle_slurm_node(name)
+    for trial in range(trials):
+        submitted = time.time()
+        job_id = backfill_job(pool)
+        try:
+            waited.append(job_running(pool, job_id) - submitted)
+        finally:
+            cancel(pool, job_id)
+        print(f"  lent trial {trial + 1}: {waited[-1]:.1f} s", flush=True)
+    return waited
+
+
+def row(case: str, values: list[float]) -> tuple[str, ...]:
+    return (
+        case,
+        str(len(values)),
+        f"{statistics.median(values):.1f}",
+        f"{statistics.fmean(values):.1f}",
+        f"{percentile(values, 0.95):.1f}",
+        f"{max(values):.1f}",
+    )
+
+
+def print_rows(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for line in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+
+
+def jobs_main(pool: Pool, args: argparse.Namespace) -> None:
+    demand = {**POLICY, "lend_when": "demand"}
+    settings = {
+        **BENCH_EVENTS,
+        "handover_policy": demand,
+        "handover_schedule_event_slurm_poll_s": args.poll_s,
+    }
+    run = pool.playbook("schedule", **settings)
+    if run.failed:
+        raise LabError(f"schedule.yml failed: {run.failures()}")
+    slurm_token(pool.lab)
+    try:
+        print(f"lend_when demand, event-driven (Slurm polled every {args.poll_s:g} s):", flush=True)
+        events = job_event_trials(pool, args.trials)
+        print("lend_when demand, on the clock (rebalance.yml every minute):", flush=True)
+        clock, after_tick = job_clock_trials(pool, args.cron_trials, demand)
+        print("lend_when idle, the nodes lent beforehand:", flush=True)
+        lent = job_lent_trials(pool, args.trials)
+    finally:
+        pool.reset()
+        pool.playbook("schedule", handover_schedule_state="absent", **settings)
+        pool.lab.request("DELETE", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
+    # The clock computed: the wait for the next run (uniform over the period), then the run,
+    # the lend and the job's start as measured.
+    after_run = statistics.median(after_tick)
+    rows = [("job submitted to an idle pool", "trials", "median s", "mean s", "p95 s", "max s")]
+    rows.append(row(f"demand, events, poll {args.poll_s:g} s (measured)", events))
+    rows.append(row("demand, CronJob every 1 min (measured)", clock))
+    for period in (PERIOD_S, DEFAULT_PERIOD_S):
+        mean = period / 2 + after_run
+        rows.append(
+            (
+                f"demand, CronJob every {period / 60:.0f} min (computed)",
+                "-",
+                f"{mean:.1f}",
+                f"{mean:.1f}",
+                f"{0.95 * period + after_run:.1f}",
+                f"{period + max(after_tick):.1f}",
+            )
+        )
+    rows.append(row("idle, nodes lent beforehand (measured)", lent))
+    print_rows(rows)
+    print(
+        f"\nfrom a run's start to the job running: {after_run:.1f} s (median of the clock trials)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--cron-trials", type=int, default=3)
+    parser.add_argument(
+        "--jobs", action="store_true", help="the Slurm user's side (lend_when demand)"
+    )
+    parser.add_argument(
+        "--poll-s", type=float, default=15.0, help="with --jobs: the source's Slurm poll"
+    )
     args = parser.parse_args()
 
     lab = deployed_lab()
@@ -150,6 +331,9 @@ def main() -> int:
         )
         pool = Pool(lab, rest, key)
         pool.reset()
+        if args.jobs:
+            jobs_main(pool, args)
+            return 0
         run = pool.playbook("schedule", **BENCH_EVENTS)
         if run.failed:
             raise LabError(f"schedule.yml failed: {run.failures()}")
