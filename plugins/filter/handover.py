@@ -87,6 +87,57 @@ def handover_status_table(rows: t.Any) -> list[str]:
     )
 
 
+# The plan's decisions in the order a run acts on them.
+PLAN_DECISIONS = (("resume", "resume"), ("reclaim", "reclaim"), ("lend", "lend"))
+# The reasons of nodes the plan never considers: not shown in the pool's plan.
+OUTSIDE_THE_POOL = ("not in the lendable pool",)
+
+
+def handover_plan_table(plan: t.Any) -> list[str]:
+    """What the next run would do with each pool node and why, as the lines of a table;
+    under lend_when demand, Slurm's demand first."""
+    if not isinstance(plan, dict) or not all(
+        isinstance(plan.get(key), list) for key in ("lend", "reclaim", "resume", "left_alone")
+    ):
+        raise AnsibleFilterError(
+            "handover_plan_table: expected the result of handover_plan (lend, reclaim, "
+            "resume and left_alone)"
+        )
+    lines = _demand_lines(plan.get("slurm_demand"))
+    cells = [
+        [str(row.get("node")), decision, str(row.get("reason"))]
+        for key, decision in (*PLAN_DECISIONS, ("left_alone", "-"))
+        for row in plan[key]
+        if row.get("reason") not in OUTSIDE_THE_POOL
+    ]
+    return lines + _aligned(["NODE", "NEXT RUN", "WHY"], sorted(cells))
+
+
+def _demand_lines(demand: t.Any) -> list[str]:
+    """Slurm's demand in a few lines (none when the plan did not read it: lend_when idle)."""
+    if not isinstance(demand, dict):
+        return []
+    lines = [
+        f"Slurm: {demand.get('pending_jobs', 0)} pending job(s) in the lendable partitions, "
+        f"{demand.get('fitting_jobs', 0)} a lent node would start; "
+        f"{demand.get('nodes', 0)} node(s) to lend for them"
+        + (
+            f", lent node(s) {', '.join(demand['lent_nodes_used'])} already idle for them"
+            if demand.get("lent_nodes_used")
+            else ""
+        )
+    ]
+    if demand.get("unplaced_count"):
+        lines.append(
+            f"  {demand['unplaced_count']} fitting job(s) need more nodes than this run can "
+            f"lend, e.g. {', '.join(map(str, demand.get('unplaced_jobs') or []))}"
+        )
+    for skipped in demand.get("skipped") or []:
+        examples = ", ".join(map(str, skipped.get("examples") or []))
+        lines.append(f"  {skipped.get('jobs')} skipped: {skipped.get('reason')} (e.g. {examples})")
+    return lines
+
+
 def _aligned(headers: list[str], cells: list[list[str]]) -> list[str]:
     """Lines of a fixed-width table, two spaces between columns."""
     lines = [headers, *cells]
@@ -212,6 +263,7 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "handover_status_table": handover_status_table,
+            "handover_plan_table": handover_plan_table,
             "handover_run_summary": handover_run_summary,
             "handover_metrics": handover_metrics,
             "handover_summary_line": handover_summary_line,

@@ -364,7 +364,7 @@ def _lend_on_demand(
     lend = [
         Decision(
             name,
-            f"for pending job(s) {', '.join(map(str, placement.jobs_for[name]))} of Slurm"
+            f"for pending job(s) {_job_ids(placement.jobs_for[name])} of Slurm"
             if name in placement.jobs_for
             else "demand_headroom: jobs wait in Slurm",
         )
@@ -375,7 +375,7 @@ def _lend_on_demand(
             n.name,
             blockers[n.name]
             or (
-                f"kept free: job(s) {', '.join(map(str, placement.unplaced[:3]))} need more "
+                f"kept free: job(s) {_job_ids(placement.unplaced)} need more "
                 "nodes than this run can lend"
                 if placement.unplaced
                 else "free; no job waiting in Slurm needs it"
@@ -404,6 +404,12 @@ def _lend_on_demand(
         if n.name not in taken
     ]
     return lend, reclaim, kept, placement.as_dict()
+
+
+def _job_ids(ids: Sequence[int], shown: int = 5) -> str:
+    """Job ids as a reason names them: the first few, then how many more."""
+    more = len(ids) - shown
+    return ", ".join(map(str, ids[:shown])) + (f" and {more} more" if more > 0 else "")
 
 
 def _shape(node: NodeView) -> Shape:
