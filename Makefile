@@ -209,8 +209,12 @@ record-slurm-fixtures: deps
 benchmarks: setup
 	$(BIN)/python benchmarks/slurm_info_scale.py
 	$(BIN)/python benchmarks/handover_plan_scale.py
+	$(BIN)/python benchmarks/handover_demand_read.py
+	$(BIN)/python benchmarks/handover_trace.py
 	@echo "benchmarks/handover_reclaim.py needs the lab (make lab-up) and runs in it"
 	$(BIN)/python benchmarks/handover_reclaim.py
+	$(BIN)/python benchmarks/handover_events.py
+	$(BIN)/python benchmarks/handover_events.py --jobs
 	@echo "benchmarks/handover_kind.py needs the handover cluster: molecule converge -s handover (README)"
 	@echo "benchmarks/autoscale_kind.py needs the autoscale cluster: molecule converge -s autoscale (README)"
 
