@@ -398,12 +398,17 @@ def test_fifty_notebooks_at_once_make_a_few_runs_not_fifty(rulebook: Rulebook) -
         "the fifty notebooks to run",
     )
     wait_until(lambda: not rulebook.running_playbook(), 120, "the last run to end")
-    runs = [line for line in run_summaries(pool, created) if "; on demand: " in line]
-    assert 1 <= len(runs) <= 3, runs
+    every_run = run_summaries(pool, created)
+    runs = [line for line in every_run if "; on demand: " in line]
+    assert 1 <= len(runs) <= 3, every_run
     # The first pod is announced at once, and that run's plan counted every pod pending when
     # it read the pool: its reclaim made room for the burst (a later event gathers what
-    # followed it within the debounce, if anything still waits).
-    assert " returned" in runs[0], runs
+    # followed it within the debounce, if anything still waits): one node given back in all.
+    # That run may be an idle event's the rulebook had queued behind the lending run: it
+    # plans the pool as any run does. (Event times have whole seconds: the lending run may
+    # be listed too.)
+    returned = [line for line in every_run if " returned" in line]
+    assert len(returned) == 1 and "1 returned" in returned[0], every_run
 
 
 def test_the_source_rides_out_a_restart_of_the_apiserver(rulebook: Rulebook) -> None:
