@@ -9,7 +9,7 @@ Starts the lab's `scale` cluster (Slurm 26.05 with 2,000 extra node records; abo
 the first time), fills it with held jobs, and times each read through a counting proxy on
 127.0.0.1, each in a fresh Python process so that its peak memory is its own:
 
-* `queue`: the event source's poll, `read_slurm_queue` (every job is pending in the
+* `queue`: the event source's first poll, `QueuePoll` (every job is pending in the
   partition read, the worst case: all 10,000 are kept as demand);
 * `queue unchanged`: the source's next poll (`QueuePoll`) when no job changed since: it asks
   with `update_time` and slurmctld sends no job;
@@ -78,11 +78,11 @@ def child(read: str, url: str, key_path: str) -> None:
         started = time.perf_counter()
         kept = len(poll.read(client).jobs)
     elif read == "queue":
-        kept = len(reads.read_slurm_queue(client, [PARTITION]).jobs)
+        kept = len(reads.QueuePoll([PARTITION]).read(client).jobs)
     elif read == "plan":
         # read_slurm_jobs finds the lendable partitions by the NodeSets' keys, which this
         # cluster has none of: its own reads, with the partition named.
-        _running, queue = reads._read_jobs(client, client.partitions(), {PARTITION}, running=True)
+        _running, queue = reads.running_jobs_and_queue(client, client.partitions(), {PARTITION})
         client.nodes()
         kept = len(queue.jobs)
     elif read == "slurm_info query":

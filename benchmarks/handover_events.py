@@ -160,6 +160,16 @@ def cancel(pool: Pool, job_id: int) -> None:
     pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job_id}")
 
 
+def timed_job(pool: Pool) -> tuple[int, float]:
+    """A backfill job submitted now: its id and the seconds until it ran (then cancelled)."""
+    submitted = time.time()
+    job_id = backfill_job(pool)
+    try:
+        return job_id, job_running(pool, job_id) - submitted
+    finally:
+        cancel(pool, job_id)
+
+
 def job_event_trials(pool: Pool, trials: int) -> list[float]:
     """Submission to RUNNING with the rulebook polling Slurm; the pool free before each."""
     waited = []
@@ -178,12 +188,8 @@ def job_event_trials(pool: Pool, trials: int) -> list[float]:
                     120,
                     "the pool's idle_since to be recorded",
                 )
-                submitted = time.time()
-                job_id = backfill_job(pool)
-                try:
-                    waited.append(job_running(pool, job_id) - submitted)
-                finally:
-                    cancel(pool, job_id)
+                job_id, seconds = timed_job(pool)
+                waited.append(seconds)
                 print(
                     f"  event trial {trial + 1}: job {job_id} ran after {waited[-1]:.1f} s",
                     flush=True,
@@ -231,12 +237,7 @@ def job_lent_trials(pool: Pool, trials: int) -> list[float]:
     for name in LENDABLE:
         pool.idle_slurm_node(name)
     for trial in range(trials):
-        submitted = time.time()
-        job_id = backfill_job(pool)
-        try:
-            waited.append(job_running(pool, job_id) - submitted)
-        finally:
-            cancel(pool, job_id)
+        waited.append(timed_job(pool)[1])
         print(f"  lent trial {trial + 1}: {waited[-1]:.1f} s", flush=True)
     return waited
 
@@ -351,26 +352,8 @@ def main() -> int:
 
     run_s = statistics.median(runs)
     rows = [("case", "trials", "median s", "mean s", "p95 s", "max s")]
-    rows.append(
-        (
-            "event-driven (measured)",
-            str(len(events)),
-            f"{statistics.median(events):.1f}",
-            f"{statistics.fmean(events):.1f}",
-            f"{percentile(events, 0.95):.1f}",
-            f"{max(events):.1f}",
-        )
-    )
-    rows.append(
-        (
-            "CronJob every 1 min (measured)",
-            str(len(clock)),
-            f"{statistics.median(clock):.1f}",
-            f"{statistics.fmean(clock):.1f}",
-            f"{percentile(clock, 0.95):.1f}",
-            f"{max(clock):.1f}",
-        )
-    )
+    rows.append(row("event-driven (measured)", events))
+    rows.append(row("CronJob every 1 min (measured)", clock))
     for period in (PERIOD_S, DEFAULT_PERIOD_S):
         rows.append(
             (
@@ -382,9 +365,7 @@ def main() -> int:
                 f"{period + run_s:.1f}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print_rows(rows)
     p95 = percentile(events, 0.95)
     print(
         f"\nevent-driven p95 {p95:.1f} s (target 5 s: {'met' if p95 <= 5 else 'missed'}); "

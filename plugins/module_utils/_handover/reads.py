@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand import (
     LendablePartition,
+    PendingJob,
     SlurmQueue,
     is_pending,
     pending_job,
@@ -125,16 +126,9 @@ def read_slurm_jobs(slurm: t.Any, nodeset_keys: Sequence[str]) -> tuple[list[JSO
     """Slurm's running jobs (a few fields each) and its queue for the lendable partitions,
     in one read of the jobs kept small as it arrives, and one of the partitions."""
     partitions = slurm.partitions()
-    return _read_jobs(
-        slurm, partitions, set(lendable_partitions(partitions, nodeset_keys)), running=True
+    return running_jobs_and_queue(
+        slurm, partitions, set(lendable_partitions(partitions, nodeset_keys))
     )
-
-
-def read_slurm_queue(slurm: t.Any, lendable: Iterable[str]) -> SlurmQueue:
-    """Slurm's queue for the named lendable partitions alone (what the event source polls):
-    one read of the partitions and one of the jobs, of which only the pending ones of those
-    partitions are kept."""
-    return _read_jobs(slurm, slurm.partitions(), set(lendable), running=False)[1]
 
 
 class QueuePoll:
@@ -181,10 +175,16 @@ class QueuePoll:
         self.queue = SlurmQueue(tuple(pending or ()), limits)
         return self.queue
 
-    def _keep_pending(self, job: JSON) -> t.Any:
-        if is_pending(job) and self.lendable.intersection(str(job.get("partition")).split(",")):
-            return pending_job(job)
-        return None
+    def _keep_pending(self, job: JSON) -> PendingJob | None:
+        return _pending_in(job, self.lendable)
+
+
+def _pending_in(job: JSON, lendable: set[str]) -> PendingJob | None:
+    """The job as demand, when it is pending in one of the lendable partitions (a pending
+    job may name several: "batch,backfill")."""
+    if is_pending(job) and lendable.intersection(str(job.get("partition")).split(",")):
+        return pending_job(job)
+    return None
 
 
 def _partition_limits(
@@ -199,16 +199,17 @@ def _partition_limits(
     }
 
 
-def _read_jobs(
-    slurm: t.Any, partitions: Sequence[JSON], lendable: set[str], *, running: bool
+def running_jobs_and_queue(
+    slurm: t.Any, partitions: Sequence[JSON], lendable: set[str]
 ) -> tuple[list[JSON], SlurmQueue]:
+    """The running jobs and the queue of the `lendable` partitions, in one read of the jobs."""
+
     def keep(job: JSON) -> t.Any:
         # Tagged, so that a retried read (which starts the list again) keeps each job once.
-        if running and job.get("state") in RUNNING_JOB_STATES:
+        if job.get("state") in RUNNING_JOB_STATES:
             return (True, {key: job.get(key) for key in RUNNING_JOB_FIELDS})
-        if is_pending(job) and lendable.intersection(str(job.get("partition")).split(",")):
-            return (False, pending_job(job))
-        return None
+        pending = _pending_in(job, lendable)
+        return (False, pending) if pending is not None else None
 
     kept = slurm.jobs(keep)
     return [item for is_running, item in kept if is_running], SlurmQueue(
