@@ -164,17 +164,43 @@ class Pool:
         return nodes.get(name)
 
     def idle_slurm_node(self, name: str) -> dict[str, t.Any]:
-        """The lent node's Slurm node once it is IDLE. Under load the operator can replace
-        a slurmd pod it saw as not yet registered, so a node that registered may be absent
-        for the seconds its new slurmd takes to register again."""
+        """The lent node's Slurm node once it is IDLE, to Slurm and to the Slinky operator.
+
+        The operator deletes a healthy slurmd pod whose node its cached view of Slurm lacks
+        ("Slurm node is not registered"). Under load that view can lag the registration by
+        seconds: the pod is replaced, its preStop marks the node DOWN, and a job started
+        meanwhile is requeued. The operator writes what it sees on the pod as conditions
+        (SlurmNodeStateIdle), so a test's job waits for those too."""
         found: dict[str, t.Any] = {}
 
         def idle() -> bool:
+            found.clear()
             found.update(self.slurm_node(name) or {"state": []})
-            return "IDLE" in found["state"]
+            return "IDLE" in found["state"] and self.operator_sees_idle(name)
 
-        wait_until(idle, 60, f"Slurm node {name} to be IDLE")
+        wait_until(idle, 60, f"Slurm node {name} to be IDLE, and the Slinky operator to see it")
         return found
+
+    def pods_the_operator_replaced(self) -> list[str]:
+        """What the Slinky operator's SlurmNodeNotRegistered Events say it deleted: for the
+        message of an assertion on a job that was requeued."""
+        events = self.lab.get(
+            "/api/v1/namespaces/slurm/events?fieldSelector=reason%3DSlurmNodeNotRegistered"
+        )["items"]
+        return [f"{e['lastTimestamp'] or e['eventTime']}: {e['message']}" for e in events]
+
+    def operator_sees_idle(self, name: str) -> bool:
+        """The Slinky operator's condition SlurmNodeStateIdle on the slurmd pod of `name`."""
+        pods = self.lab.get(
+            f"/api/v1/namespaces/slurm/pods?fieldSelector=spec.nodeName%3D{name}"
+            "&labelSelector=app.kubernetes.io%2Fname%3Dslurmd"
+        )["items"]
+        return any(
+            c["type"] == "SlurmNodeStateIdle" and c["status"] == "True"
+            for pod in pods
+            if not pod["metadata"].get("deletionTimestamp")
+            for c in pod["status"].get("conditions") or []
+        )
 
     def submit(self, node: str | None, seconds: int, *, partition: str = "backfill") -> int:
         """A requeue-able job in `partition` that runs on `node` (named in the job), or

@@ -292,7 +292,13 @@ def test_workers_sharing_their_slurm_reads_lend_and_reclaim_together(clean_pool:
     run = pool.handover("reclaim", list(LENDABLE), shared_reads_from=2)
     assert not run.failed, run
     assert results(run) == dict.fromkeys(LENDABLE, "free")
-    assert pool.job(job_id)["job_state"] == ["COMPLETED"]  # drained, waited for, not killed
+    job = pool.job(job_id)  # drained, waited for, not killed
+    assert job["job_state"] == ["COMPLETED"], (
+        job["job_state"],
+        job.get("restart_cnt"),
+        job.get("state_reason"),
+        pool.pods_the_operator_replaced(),
+    )
     for name in LENDABLE:
         pool.assert_clean(name)
 
