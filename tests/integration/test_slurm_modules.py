@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_runner import inventory_list, run_task
+from ansible_runner import inventory_list, run_play, run_task
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     SUPPORTED_API_VERSIONS,
@@ -211,6 +211,61 @@ def test_down_requeues_a_requeueable_job(slurm_lab: t.Any, clean_nodes: t.Any) -
     # protocol must not rely on the DOWN state sticking (it deletes the node afterwards).
     assert node["state"][0] in ("DOWN", "MIXED"), node["state"]
     assert requeued["nodes"] == "", "the requeued job still holds the node"
+
+
+def test_upgrade_resume_clears_the_drain_a_replaced_pods_prestop_renamed(
+    slurm_lab: t.Any, clean_nodes: t.Any
+) -> None:
+    """The handover role's upgrade_resume, as upgrade.yml runs it once the nodes it drained
+    have new slurmds. On Slinky 1.2 a replaced pod's preStop marks its node DOWN under
+    "slurm-operator: Pod is terminating", overwriting the upgrade's reason, and the new
+    slurmd leaves the DRAIN under it: that drain is still the upgrade's, and is cleared. An
+    admin's drain meanwhile is kept and named. (The Kubernetes lab's operator races to
+    lift such a drain itself, so only this lab shows the resume's own part every time.)"""
+    ours, admins = slurm_lab.node_names[:2]
+    for name, reason in ((ours, "slurm-operator: Pod is terminating"), (admins, "bad DIMM")):
+        slurm_lab.run(
+            ["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"],
+            check=True,
+        )
+    play = [
+        {
+            "name": "upgrade_resume after the pods were replaced",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Resume the drained nodes once their new slurmd runs",
+                    "ansible.builtin.include_role": {
+                        "name": "hpcops.slinky.handover",
+                        "tasks_from": "upgrade_resume",
+                    },
+                    "vars": {
+                        "handover_slurmrestd_url": slurm_lab.url,
+                        "handover_slurm_jwt_key_path": str(slurm_lab.jwt_key_path),
+                        "handover_upgrade_reason": "upgrade to Slinky 1.2.1",
+                        "handover_upgrade_timeout_s": 30,
+                        # What upgrade_drain leaves: the nodes it drained, and when (any
+                        # slurmd of the lab started after 0).
+                        "_handover_upgrade_nodes": [ours, admins],
+                        "_handover_upgrade_drained_at": 0,
+                    },
+                }
+            ],
+        }
+    ]
+    run = run_play(play)
+    assert not run.failed, run.output[-3000:]
+    (resumed,) = run.task_results(
+        "hpcops.slinky.handover : Resume those whose reason the replaced pod's preStop overwrote"
+    )
+    assert [n["name"] for n in resumed.get("nodes", [])] == [ours], resumed
+    assert "DRAIN" not in slurm_lab.node(ours)["state"]
+    assert slurm_lab.node(admins)["reason"] == "bad DIMM"
+    (named,) = run.task_results(
+        "hpcops.slinky.handover : Name the drained nodes somebody else holds now"
+    )
+    assert f"{admins}: bad DIMM" in named["msg"], named
 
 
 def test_slurm_job_cancel_by_node_and_partition(clean_api_nodes: tuple[t.Any, str]) -> None:
