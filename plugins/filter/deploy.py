@@ -12,6 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import rollout
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
@@ -126,14 +127,36 @@ def slinky_upgrade_report(
         raise AnsibleFilterError(str(err)) from None
 
 
+def nodeset_rollout_pending(nodesets: t.Any) -> list[str]:
+    """The NodeSets whose rollout is not complete, each with what it lacks; [] when settled."""
+    if not isinstance(nodesets, list) or not all(isinstance(n, dict) for n in nodesets):
+        raise AnsibleFilterError(
+            "nodeset_rollout_pending: expected the NodeSets as k8s_info returns them (resources)"
+        )
+    return rollout.nodeset_rollout_pending(nodesets)
+
+
+def slurm_nodes_not_back(nodes: t.Any, names: t.Any) -> list[str]:
+    """The named Slurm nodes that do not take jobs yet, each with its state; [] when all do."""
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise AnsibleFilterError(
+            "slurm_nodes_not_back: expected the nodes as hpcops.slinky.slurm_info returns them"
+        )
+    if not isinstance(names, list):
+        raise AnsibleFilterError("slurm_nodes_not_back: expected a list of Slurm node names")
+    return rollout.slurm_nodes_not_back(nodes, [str(name) for name in names])
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "helm_chart_args": helm_chart_args,
             "mirrored_image": mirrored_image,
+            "nodeset_rollout_pending": nodeset_rollout_pending,
             "slinky_release": slinky_release,
             "slinky_upgrade_report": slinky_upgrade_report,
             "slinky_version_problems": slinky_version_problems,
             "slurm_cluster_values": slurm_cluster_values,
             "slurm_cluster_autoscaling": slurm_cluster_autoscaling,
+            "slurm_nodes_not_back": slurm_nodes_not_back,
         }

@@ -178,7 +178,17 @@ class Pool:
             found.update(self.slurm_node(name) or {"state": []})
             return "IDLE" in found["state"] and self.operator_sees_idle(name)
 
-        wait_until(idle, 60, f"Slurm node {name} to be IDLE, and the Slinky operator to see it")
+        wait_until(
+            idle,
+            60,
+            f"Slurm node {name} to be IDLE, and the Slinky operator to see it",
+            lambda: {
+                "slurm": "+".join(found.get("state", [])) or "not registered",
+                "reason": found.get("reason"),
+                "operator sees idle": self.operator_sees_idle(name),
+                "slurmd pods": self.slurmd_pods(name),
+            },
+        )
         return found
 
     def pods_the_operator_replaced(self) -> list[str]:
@@ -223,7 +233,12 @@ class Pool:
         )
         assert status == 200 and not body.get("errors"), body
         job_id = int(body["job_id"])
-        wait_until(lambda: "RUNNING" in self.job(job_id)["job_state"], 30, f"job {job_id} runs")
+        wait_until(
+            lambda: "RUNNING" in self.job(job_id)["job_state"],
+            30,
+            f"job {job_id} runs",
+            lambda: {k: self.job(job_id).get(k) for k in ("job_state", "state_reason", "nodes")},
+        )
         if node:
             assert self.job(job_id)["nodes"] == node
         return job_id
@@ -289,6 +304,10 @@ class Pool:
             lambda: not self.lab.get(f"/api/v1/namespaces/{APPS}/pods")["items"],
             30,
             "the application pods to go",
+            lambda: [
+                p["metadata"]["name"]
+                for p in self.lab.get(f"/api/v1/namespaces/{APPS}/pods")["items"]
+            ],
         )
         # Finish what a test left (a blocked or crashed run), then give every node back:
         # two module runs (seconds each), only when some node is not clean already (most

@@ -24,6 +24,10 @@ from k8s_lab import K8sLab
 from slurm_pods import SlinkyRest
 from toolbox import LabError, wait_until
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.rollout import (
+    nodeset_rollout_pending,
+)
+
 SLURM_DEADLINE_S = 90.0
 
 
@@ -95,18 +99,47 @@ def slinky_site(k8s_lab: K8sLab, request: pytest.FixtureRequest) -> K8sLab:
 def slinky_slurm(slinky_site: K8sLab) -> SlinkyRest:
     """The deployed cluster's slurmrestd, once both batch nodes are IDLE in Slurm."""
     rest = SlinkyRest.of_cluster(slinky_site)
-    wait_for_batch_nodes(rest)
+    wait_for_batch_nodes(rest, slinky_site)
     return rest
 
 
-def wait_for_batch_nodes(rest: SlinkyRest) -> None:
-    """Until both batch nodes of the deployed cluster are IDLE in Slurm."""
+def wait_for_batch_nodes(rest: SlinkyRest, lab: K8sLab | None = None) -> None:
+    """Until both batch nodes of the deployed cluster are IDLE in Slurm; a timeout says
+    what Slurm (and, given the lab, the NodeSets and slurmd pods) last showed."""
+    seen: dict[str, t.Any] = {}
 
     def batch_nodes_idle() -> bool:
         try:
-            states = {n["name"]: n["state"] for n in rest.get("nodes")["nodes"]}
-        except LabError:  # slurmctld or slurmrestd still starting
+            nodes = {n["name"]: n for n in rest.get("nodes")["nodes"]}
+        except LabError as err:  # slurmctld or slurmrestd still starting
+            seen["slurm"] = f"slurmrestd: {err}"
             return False
-        return all("IDLE" in states.get(node, []) for node in ("hpc-0", "hpc-1"))
+        seen["slurm"] = {
+            name: "+".join(nodes[name]["state"])
+            + (f" ({nodes[name]['reason']})" if nodes[name].get("reason") else "")
+            if name in nodes
+            else "not registered"
+            for name in ("hpc-0", "hpc-1")
+        }
+        return all("IDLE" in nodes.get(node, {}).get("state", []) for node in ("hpc-0", "hpc-1"))
 
-    wait_until(batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm")
+    def saw() -> dict[str, t.Any]:
+        if lab is not None:
+            seen["nodesets"] = (
+                nodeset_rollout_pending(
+                    lab.get("/apis/slinky.slurm.net/v1beta1/namespaces/slurm/nodesets")["items"]
+                )
+                or "rolled out"
+            )
+            seen["slurmd pods"] = {
+                p["metadata"]["name"]: p["status"].get("phase")
+                + (" terminating" if p["metadata"].get("deletionTimestamp") else "")
+                for p in lab.get(
+                    "/api/v1/namespaces/slurm/pods?labelSelector=app.kubernetes.io%2Fname%3Dslurmd"
+                )["items"]
+            }
+        return seen
+
+    wait_until(
+        batch_nodes_idle, SLURM_DEADLINE_S, "hpc-0 and hpc-1 IDLE in the deployed Slurm", saw
+    )

@@ -28,6 +28,10 @@ from k8s_fixtures import wait_for_batch_nodes
 from slurm_pods import SlinkyRest
 from toolbox import LabError, pid_exe, wait_until
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.rollout import (
+    nodeset_rollout_pending,
+)
+
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration
 
@@ -116,7 +120,7 @@ def old_pool(
     run = deploy(OLD)
     assert not run.failed, f"site.yml {OLD} failed: {run.failures()}\n{run.output[-3000:]}"
     rest = SlinkyRest.of_cluster(k8s_lab)
-    wait_for_batch_nodes(rest)
+    wait_for_batch_nodes(rest, k8s_lab)
     key = tmp_path_factory.mktemp("upgrade") / "jwt.key"
     key.write_bytes(rest.jwt_key)
     key.chmod(0o600)
@@ -228,6 +232,27 @@ def test_an_upgrade_whose_drain_outlasts_its_timeout_stops_and_takes_the_drains_
         pool.lab.request("DELETE", f"{secrets}/upgrade-token")
 
 
+def settled_then_lent(pool: Pool, run: PlaybookRun) -> int:
+    """The upgrade ended settled: every NodeSet rolled out, the drained nodes up and
+    undrained at once (no wait here), and it said how long that took. Then a lend right
+    after it: the node joins Slurm and takes a job (its id returned)."""
+    nodesets = pool.lab.get("/apis/slinky.slurm.net/v1beta1/namespaces/slurm/nodesets")["items"]
+    assert nodeset_rollout_pending(nodesets) == [], nodesets
+    assert slurm_answers_for(pool.slurm, ("hpc-0", "hpc-1"))
+    for node in ("hpc-0", "hpc-1"):
+        state = pool.slurm.get(f"node/{node}")["nodes"][0]
+        assert "DRAIN" not in state["state"], state
+    (settled,) = run.task_results("Say how long the cluster took to settle")
+    print(settled["msg"])
+    assert "take jobs again" in settled["msg"], settled
+
+    run = pool.playbook("lend", handover_nodes=["int02"])
+    assert not run.failed, run.failures()
+    assert pool.journal("int02")["state"] == "lent"
+    assert pool.idle_slurm_node("int02")["partitions"] == ["backfill"]
+    return pool.submit("int02", 5)
+
+
 @needs_newer
 def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
     pool = old_pool
@@ -254,7 +279,8 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
         f"only the {NEW} operator to run",
     )
     assert SlinkyRest.of_cluster(pool.lab).jwt_key == pool.slurm.jwt_key
-    wait_until(lambda: slurm_answers_for(pool.slurm, ("hpc-0", "hpc-1")), 120, "Slurm back")
+
+    after_lend_job = settled_then_lent(pool, run)
 
     # slurm.conf holds what the collection restates on 1.2.
     config = pool.lab.get("/api/v1/namespaces/slurm/configmaps/slurm-config")["data"]
@@ -299,23 +325,13 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
     for node in ("hpc-0", "hpc-1"):
         state = pool.slurm.get(f"node/{node}")["nodes"][0]
         assert "upgrade" not in state["reason"], state
-    # The chart's upgrade can change the pod template again after the new operator replaced
-    # the pods once: the operator's own rollout then drains (and undrains) a node meanwhile.
-    wait_until(
-        lambda: all(
-            "DRAIN" not in pool.slurm.get(f"node/{node}")["nodes"][0]["state"]
-            for node in ("hpc-0", "hpc-1")
-        ),
-        180,
-        "the dedicated nodes to take jobs again",
-    )
 
     # Neither job is lost: each runs on, or was requeued and runs again, to its end.
     seen: dict[int, tuple[list[str], int]] = {}
 
     def ended() -> bool:
         before = dict(seen)
-        for job_id in (batch_job, lent_job):
+        for job_id in (batch_job, lent_job, after_lend_job):
             seen[job_id] = job_states(pool, job_id)
         if seen != before:  # what the upgrade did to them, for the report
             print(f"{time.monotonic() - started:.0f} s after the upgrade began: {seen}")
@@ -327,13 +343,14 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
         print(f"job {job_id}: {states}, restarted {restarts} time(s)")
 
     # The lent node is still lent, its journal and marks agree, Slurm has it in backfill;
-    # the reclaim then gives it back cleanly.
+    # the reclaim then gives both lent nodes back cleanly.
     assert pool.journal("int01")["state"] == "lent"
     assert pool.marks("int01") == (True, True)
     assert pool.idle_slurm_node("int01")["partitions"] == ["backfill"]
-    run = pool.playbook("reclaim", handover_nodes=["int01"])
+    run = pool.playbook("reclaim", handover_nodes=list(LENDABLE))
     assert not run.failed, run.failures()
-    pool.assert_clean("int01")
+    for name in LENDABLE:
+        pool.assert_clean(name)
     for name in LENDABLE:
         assert pool.journal(name)["state"] == "free"
 

@@ -78,15 +78,27 @@ def run_logged(cmd: Sequence[str], log_path: Path) -> None:
         raise LabError(f"{' '.join(cmd[:4])}... failed ({code}); see {log_path}")
 
 
-def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll probe until it returns something truthy; LabError after timeout_s."""
+def wait_until(
+    probe: Callable[[], T | None],
+    timeout_s: float,
+    what: str,
+    seen: Callable[[], object] | None = None,
+) -> T:
+    """Poll probe until it returns something truthy; LabError after timeout_s, which says
+    what `seen` returns then (the state the wait last saw), so a timeout explains itself."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = probe()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise LabError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            saw = ""
+            if seen is not None:
+                try:
+                    saw = f"; last seen: {seen()}"
+                except Exception as err:  # noqa: BLE001 - the timeout is the error to raise
+                    saw = f"; the state could not be read ({err})"
+            raise LabError(f"timed out after {timeout_s:.0f} s waiting for {what}{saw}")
         time.sleep(0.3)
 
 
