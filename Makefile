@@ -153,8 +153,8 @@ demo: setup build-check
 	eval "$$($(LAB) env --release 26.05)"; \
 	  SLURMRESTD_URL=$$SLURM_LAB_2605_URL SLURM_JWT_KEY_PATH=$$SLURM_LAB_2605_JWT_KEY \
 	  ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-inventory -i tests/demo/lab.slurm.yml --graph
-	@echo ">> the Kubernetes control plane with kwok nodes (first run builds it from Go modules: about 25 min)"
-	$(K8S_LAB) up
+	@echo ">> the Kubernetes control plane with kwok nodes (first run builds it from Go modules)"
+	$(K8S_LAB) up --deployed-release-only
 	eval "$$($(K8S_LAB) env)"; kubectl get nodes -L hpcops.io/pool,nvidia.com/gpu.product
 	@echo ">> site.yml on the lab: Slinky CRDs, the real operator, the Slurm cluster from the pools"
 	ANSIBLE_COLLECTIONS_PATH=$(BUILD)/installed ansible-playbook -i inventories/lab playbooks/site.yml

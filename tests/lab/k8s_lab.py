@@ -593,11 +593,16 @@ class K8sLab(RunDirState):
 
     # ---- up --------------------------------------------------------------------------
 
-    def up(self) -> None:
-        """Start the lab, or reuse it when it is already up, healthy and configured the same."""
+    def up(self, *, every_release: bool = True) -> None:
+        """Start the lab, or reuse it when it is already up, healthy and configured the same.
+
+        every_release False builds only the release the lab deploys (`make demo`): the older
+        line is for the upgrade test, and its operator is a build of minutes."""
         k8s_binaries.ensure([*BINARY_COMPONENTS, *CLIENT_TOOLS])
         # Every release's operator (the pod runner runs the one a pod's image names) and charts.
-        k8s_binaries.ensure_slinky()
+        k8s_binaries.ensure_slinky(
+            k8s_binaries.SLINKY_VERSIONS if every_release else [k8s_binaries.LAB_SLINKY_VERSION]
+        )
         log(f"Slinky: {slinky_summary()}")
         # Before the pod runner needs it for the first Slurm pod, which must not wait a minute.
         ensure_chroot(SLINKY_RELEASE)
@@ -854,7 +859,7 @@ class K8sLab(RunDirState):
 
 
 def cmd_up(lab: K8sLab, args: argparse.Namespace) -> int:
-    lab.up()
+    lab.up(every_release=not args.deployed_release_only)
     return 0
 
 
@@ -915,6 +920,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--json", action="store_true", help="status/env: print JSON")
+    parser.add_argument(
+        "--deployed-release-only",
+        action="store_true",
+        help="up: build only the Slinky release the lab deploys (not the older line's)",
+    )
     args = parser.parse_args(argv)
     return run_cli("k8s_lab", lambda: COMMANDS[args.command](K8sLab(), args))
 
