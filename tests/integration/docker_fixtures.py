@@ -6,11 +6,17 @@ hosts of node_prep in another. Test modules load it with ``pytest_plugins = ["do
 Each module holds a shared lock on ``users.lock`` while it uses dockerd. The first user starts
 it unless it runs already, and records its pid in ``started-by-tests``; the last one out stops
 the dockerd the tests started. One that ran before the tests stays up.
+
+The users change the machine's inotify limits (node_prep raises them on its hosts and on kind's
+nodes, which share the machine's kernel). The first user in records them and the last one
+out puts them back: a user that put them back while another still ran would undo what the
+other's node_prep set, and its second run would change them again.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import sys
 import time
 import typing as t
@@ -26,6 +32,30 @@ from toolbox import LabError
 
 USERS_LOCK = RUN_DIR / "users.lock"
 STARTED_BY_TESTS = RUN_DIR / "started-by-tests"
+MACHINE_SYSCTLS = RUN_DIR / "sysctls-before-tests.json"
+SHARED_SYSCTLS = ("fs/inotify/max_user_instances", "fs/inotify/max_user_watches")
+PROC_SYS = Path("/proc/sys")
+
+
+def record_machine_sysctls(record: Path = MACHINE_SYSCTLS, proc_sys: Path = PROC_SYS) -> None:
+    """Write the shared sysctls' values to `record` unless a user already did."""
+    values = {name: (proc_sys / name).read_text() for name in SHARED_SYSCTLS}
+    try:
+        with record.open("x") as out:
+            json.dump(values, out)
+    except FileExistsError:
+        pass  # recorded by the first user in, before anybody changed them
+
+
+def restore_machine_sysctls(record: Path = MACHINE_SYSCTLS, proc_sys: Path = PROC_SYS) -> None:
+    """Put the recorded values back and forget them (the last user out)."""
+    try:
+        values = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return
+    for name, value in values.items():
+        (proc_sys / name).write_text(value)
+    record.unlink(missing_ok=True)
 
 
 class SessionEngine(DockerEngine):
@@ -50,12 +80,14 @@ class SessionEngine(DockerEngine):
         self._users = USERS_LOCK.open("w")
         if alone:
             fcntl.flock(self._users, fcntl.LOCK_EX)
+            record_machine_sysctls()
             if not self.status()["answering"]:
                 self.up()
                 STARTED_BY_TESTS.write_text(f"{self.pid()}\n")
             return
         while True:
             fcntl.flock(self._users, fcntl.LOCK_SH)
+            record_machine_sysctls()
             if self.status()["answering"]:
                 return
             # Alone to start it: nobody may use or stop it meanwhile. Then back to shared.
@@ -73,6 +105,7 @@ class SessionEngine(DockerEngine):
         except BlockingIOError:
             pass  # another module, maybe in the other pytest process, still uses it
         else:
+            restore_machine_sysctls()
             if self.started_here:
                 self.down()
                 STARTED_BY_TESTS.unlink(missing_ok=True)

@@ -15,7 +15,10 @@ scale it out and back on both metric paths (molecule/autoscale/tests).
 Here nothing can be pulled, so the images come from ``tests/lab/kind_images.py`` (built
 once, cached in $HPCOPS_LAB_CACHE) and the scenarios run with HPCOPS_KIND_IMAGES=local.
 dockerd is started for the module when it does not run yet and stopped afterwards, and
-its stop is checked to restore the firewall as it was.  The Slinky release and the time of
+its stop is checked to restore the firewall as it was. node_prep's hosts (the other pytest
+process of `make test`) share it meanwhile: the destroy leaves their containers' mounts and
+networks' rules out of its check, and the machine's inotify limits are put back by the last
+user of dockerd (docker_fixtures.py).  The Slinky release and the time of
 each scenario's phases are printed.
 """
 
@@ -26,7 +29,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,9 +44,6 @@ REPO = Path(__file__).resolve().parents[2]
 MOLECULE_TIMEOUT_S = 40 * 60
 
 pytest_plugins = ["docker_fixtures"]
-# The scenarios' destroy checks that nothing of docker is left on the host: node_prep's
-# containers (the other pytest process of `make test`) wait until the module is done.
-DOCKER_ALONE = True
 
 pytestmark = [
     pytest.mark.integration,
@@ -54,16 +53,6 @@ pytestmark = [
 
 def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def machine_sysctls() -> Iterator[None]:
-    """node_prep raises the machine's inotify limits (kind nodes share its kernel): put back."""
-    names = ("fs/inotify/max_user_instances", "fs/inotify/max_user_watches")
-    before = {name: Path("/proc/sys", name).read_text() for name in names}
-    yield
-    for name, value in before.items():
-        Path("/proc/sys", name).write_text(value)
 
 
 @pytest.fixture(scope="module")

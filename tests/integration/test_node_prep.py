@@ -14,7 +14,8 @@ the preflight passes; pytest-testinfra checks the hosts; a second node_prep chan
 
 The kernel and its clock are the machine's: its cgroup v1 hierarchy and unsynchronised clock
 fail cgroup.unified and time.sync on every host (asserted), which the later runs waive. The
-fs.inotify limits node_prep raises are the machine's too: they are put back afterwards.
+fs.inotify limits node_prep raises are the machine's too: the last user of dockerd puts them back
+(docker_fixtures.py).
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ KUBELET = {
 }
 # What only the machine decides; asserted failing, then waived.
 MACHINE_WIDE = ["cgroup.unified", "time.sync"]
-INOTIFY = ("fs/inotify/max_user_instances", "fs/inotify/max_user_watches")
 
 
 def sh_in(host: str, script: str) -> str:
@@ -163,7 +163,6 @@ def site(
         node_hosts.ensure()
     except LabError as err:
         pytest.fail(f"building the Debian host images failed: {err}", pytrace=False)
-    inotify = {name: Path("/proc/sys", name).read_text() for name in INOTIFY}
     docker("network", "rm", NETWORK, check=False)
     docker("network", "create", "--subnet", SUBNET, NETWORK)
     try:
@@ -200,8 +199,6 @@ def site(
         docker("network", "rm", NETWORK, check=False)
         for host in HOSTS:
             k8s_lab.request("DELETE", f"/api/v1/nodes/{host}")
-        for name, value in inotify.items():
-            Path("/proc/sys", name).write_text(value)
 
 
 def role_task(run: PlaybookRun, name: str) -> list[dict[str, t.Any]]:
