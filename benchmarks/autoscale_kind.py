@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +30,10 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _common import figure, maximum, median  # noqa: E402
+
 KIND_DIR = Path(os.environ.get("HPCOPS_KIND_DIR", REPO / ".kind"))
 BENCH_OBJECTS = "bench-autoscale"  # the Slinky Token and its Secret
 NAMESPACE = "slurm"
@@ -151,7 +154,8 @@ def main() -> int:
     print(f"{'path':<11}" + "".join(f"{step:>18}" for step in STEPS) + "   KEDA")
     for path, figures in results.items():
         cells = [
-            f"{statistics.median(f[step] for f in figures):.1f} ({max(f[step] for f in figures):.1f})"
+            f"{figure(median(f[step] for f in figures), 1)}"
+            f" ({figure(maximum(f[step] for f in figures), 1)})"
             for step in STEPS
         ]
         keda = f"polling {timing[path]['polling_s']} s, cooldown {timing[path]['cooldown_s']} s"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "lab"), str(REPO / "benchmarks")]
+
+from _common import NO_FIGURE, figure, maximum, median  # noqa: E402
 
 READS = ("queue", "queue unchanged", "plan", "slurm_info query", "all jobs", "whole")
 PARTITION = "batch"  # where the scale cluster's held jobs wait
@@ -121,11 +122,11 @@ def measure(read: str, url: str, key_path: str, proxy: object, trials: int) -> d
         requests.add(proxy.count - before)  # type: ignore[attr-defined]
     return {
         "requests": sorted(requests),
-        "s": statistics.median(r["s"] for r in runs),
-        "rss_mib": max(r["rss_mib"] for r in runs),
-        "process_mib": max(r["process_mib"] for r in runs),
-        "traced_mib": max(r["traced_mib"] for r in runs),
-        "kept": runs[-1]["kept"],
+        "s": median(r["s"] for r in runs),
+        "rss_mib": maximum(r["rss_mib"] for r in runs),
+        "process_mib": maximum(r["process_mib"] for r in runs),
+        "traced_mib": maximum(r["traced_mib"] for r in runs),
+        "kept": runs[-1]["kept"] if runs else NO_FIGURE,
     }
 
 
@@ -171,8 +172,9 @@ def main() -> None:
     print("-" * len(header))
     for read, row in rows:
         print(
-            f"{read:<18} {','.join(map(str, row['requests'])):>9} {row['s']:>8.2f}"
-            f" {row['rss_mib']:>15.1f} {row['process_mib']:>12.1f} {row['traced_mib']:>11.1f}"
+            f"{read:<18} {','.join(map(str, row['requests'])) or NO_FIGURE:>9}"
+            f" {figure(row['s']):>8} {figure(row['rss_mib'], 1):>15}"
+            f" {figure(row['process_mib'], 1):>12} {figure(row['traced_mib'], 1):>11}"
             f" {row['kept']:>6}"
         )
     print(

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ for path in (
 ):
     sys.path.insert(0, str(path))
 
+from _common import figure, maximum, mean, median, percentile, ratio, table, within  # noqa: E402
 from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
 from handover_reclaim import deployed_lab  # noqa: E402
 from slurm_pods import SlinkyRest  # noqa: E402
@@ -72,11 +72,6 @@ from toolbox import LabError, wait_until  # noqa: E402
 BENCH_EVENTS = {**EVENTS, "handover_policy": POLICY}
 PERIOD_S = 60.0  # a CronJob's shortest period
 DEFAULT_PERIOD_S = 300.0  # handover_schedule_every_min's default
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
 
 
 def remove_notebook(pool: Pool, name: str) -> None:
@@ -243,20 +238,31 @@ def job_lent_trials(pool: Pool, trials: int) -> list[float]:
 
 
 def row(case: str, values: list[float]) -> tuple[str, ...]:
+    """A measured case's cells; "-" where it ran no trial."""
     return (
         case,
         str(len(values)),
-        f"{statistics.median(values):.1f}",
-        f"{statistics.fmean(values):.1f}",
-        f"{percentile(values, 0.95):.1f}",
-        f"{max(values):.1f}",
+        figure(median(values), 1),
+        figure(mean(values), 1),
+        figure(percentile(values, 0.95), 1),
+        figure(maximum(values), 1),
     )
 
 
-def print_rows(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for line in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+def computed_row(
+    case: str, period: float, after: float | None, worst: float | None
+) -> tuple[str, ...]:
+    """A clock case computed from the period and the measured time after the run began
+    (`after`, median; `worst`, max): "-" where no clock trial measured it."""
+    at_mean = None if after is None else period / 2 + after
+    return (
+        case,
+        "-",
+        figure(at_mean, 1),
+        figure(at_mean, 1),
+        figure(None if after is None else 0.95 * period + after, 1),
+        figure(None if worst is None else period + worst, 1),
+    )
 
 
 def jobs_main(pool: Pool, args: argparse.Namespace) -> None:
@@ -283,26 +289,24 @@ def jobs_main(pool: Pool, args: argparse.Namespace) -> None:
         pool.lab.request("DELETE", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
     # The clock computed: the wait for the next run (uniform over the period), then the run,
     # the lend and the job's start as measured.
-    after_run = statistics.median(after_tick)
+    after_run = median(after_tick)
     rows = [("job submitted to an idle pool", "trials", "median s", "mean s", "p95 s", "max s")]
     rows.append(row(f"demand, events, poll {args.poll_s:g} s (measured)", events))
     rows.append(row("demand, CronJob every 1 min (measured)", clock))
     for period in (PERIOD_S, DEFAULT_PERIOD_S):
-        mean = period / 2 + after_run
         rows.append(
-            (
+            computed_row(
                 f"demand, CronJob every {period / 60:.0f} min (computed)",
-                "-",
-                f"{mean:.1f}",
-                f"{mean:.1f}",
-                f"{0.95 * period + after_run:.1f}",
-                f"{period + max(after_tick):.1f}",
+                period,
+                after_run,
+                maximum(after_tick),
             )
         )
     rows.append(row("idle, nodes lent beforehand (measured)", lent))
-    print_rows(rows)
+    table(rows)
     print(
-        f"\nfrom a run's start to the job running: {after_run:.1f} s (median of the clock trials)"
+        f"\nfrom a run's start to the job running: {figure(after_run, 1)} s "
+        "(median of the clock trials)"
     )
 
 
@@ -350,29 +354,23 @@ def main() -> int:
             pool.playbook("schedule", handover_schedule_state="absent", **BENCH_EVENTS)
             lab.request("DELETE", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
 
-    run_s = statistics.median(runs)
+    run_s = median(runs)
     rows = [("case", "trials", "median s", "mean s", "p95 s", "max s")]
     rows.append(row("event-driven (measured)", events))
     rows.append(row("CronJob every 1 min (measured)", clock))
     for period in (PERIOD_S, DEFAULT_PERIOD_S):
         rows.append(
-            (
-                f"CronJob every {period / 60:.0f} min (computed)",
-                "-",
-                f"{period / 2 + run_s:.1f}",
-                f"{period / 2 + run_s:.1f}",
-                f"{0.95 * period + run_s:.1f}",
-                f"{period + run_s:.1f}",
-            )
+            computed_row(f"CronJob every {period / 60:.0f} min (computed)", period, run_s, run_s)
         )
-    print_rows(rows)
+    table(rows)
     p95 = percentile(events, 0.95)
+    default_mean = None if run_s is None else DEFAULT_PERIOD_S / 2 + run_s
     print(
-        f"\nevent-driven p95 {p95:.1f} s (target 5 s: {'met' if p95 <= 5 else 'missed'}); "
-        f"mean wait {statistics.fmean(clock) / statistics.fmean(events):.1f}x shorter than a "
+        f"\nevent-driven p95 {figure(p95, 1)} s (target 5 s: {within(p95, 5)}); "
+        f"mean wait {figure(ratio(mean(clock), mean(events)), 1)}x shorter than a "
         f"one-minute CronJob (measured), "
-        f"{(DEFAULT_PERIOD_S / 2 + run_s) / statistics.fmean(events):.1f}x than the five-minute "
-        f"default (computed); a rebalance run takes {run_s:.1f} s (median)"
+        f"{figure(ratio(default_mean, mean(events)), 1)}x than the five-minute "
+        f"default (computed); a rebalance run takes {figure(run_s, 1)} s (median)"
     )
     return 0
 

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,9 +38,10 @@ for path in (
 ):
     sys.path.insert(0, str(path))
 
+from _common import figure, median, table  # noqa: E402
 from ansible_runner import LAB_INVENTORY, ansible_env  # noqa: E402
 from handover_pool import POLICY  # noqa: E402
-from handover_reclaim import BENCH_LABEL, Bench, deployed_lab, table  # noqa: E402
+from handover_reclaim import BENCH_LABEL, Bench, deployed_lab  # noqa: E402
 
 PLAYBOOKS = REPO / "playbooks"
 # profile_tasks' recap: "<task name> ---- 1.23s"
@@ -144,10 +144,10 @@ def main() -> int:
             (
                 f"{playbook}.yml, {count} node(s)",
                 str(len(trials)),
-                f"{statistics.median(walls):.1f}",
-                f"{statistics.median(runs):.1f}",
-                f"{statistics.median(works):.1f}",
-                f"{statistics.median(w - k for w, k in zip(walls, works, strict=True)):.1f}",
+                figure(median(walls), 1),
+                figure(median(runs), 1),
+                figure(median(works), 1),
+                figure(median(w - k for w, k in zip(walls, works, strict=True)), 1),
                 "<= 3",
             )
         )

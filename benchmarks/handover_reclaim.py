@@ -16,9 +16,11 @@ the interactive pool, and removes them at the end.
 * protocol: bench nodes lent with node_handover's code (in this process, no Ansible start
   up), one pending application pod per node; seconds from the start of the reclaim until
   every application pod runs, for one node and for --many nodes at once.
-* planner: 10,000 nodes and 100,000 jobs (benchmarks/handover_plan_scale.py).
+* planner: 50,000 nodes and 500,000 jobs (benchmarks/handover_plan_scale.py).
 
-Targets: one idle lent node back in 5 s or less (p95), --many nodes in 15 s, a plan in 1 s.
+Targets (issue 41): one idle lent node back in 0.5 s or less (p95), 32 nodes in 3 s or less,
+a plan of 50,000 nodes and 500,000 jobs in 0.5 s or less. A case that fails is reported in
+the table with its reason; the others still run.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ for path in (
     sys.path.insert(0, str(path))
 
 import handover_plan_scale  # noqa: E402
+from _common import attempt, figure, maximum, summary, table  # noqa: E402
 from ansible_runner import deploy_site_unless_deployed  # noqa: E402
 from k8s_lab import K8sLab, LabNode  # noqa: E402
 from slurm_pods import REST_ADDRESS, SlinkyRest  # noqa: E402
@@ -73,12 +76,13 @@ NAMESPACE = "bench"
 BENCH_LABEL = "hpcops.io/bench"
 BASELINE_CAP_S = 30.0
 RUN_CAP_S = 120.0  # a protocol trial whose pods do not run by then is an error
+# Issue 41's targets in the lab: one idle lent node back (p95), 32 at once.
+TARGET_ONE_S = 0.5
+TARGET_MANY_S = 3.0
+# The planner's case: issue 41's size (benchmarks/handover_plan_scale.py).
+PLAN_NODES = 50_000
+PLAN_JOBS = 500_000
 MERGE = "application/merge-patch+json"
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
 
 
 def deployed_lab() -> K8sLab | None:
@@ -346,14 +350,6 @@ class Bench:
         )
 
 
-def table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
@@ -379,44 +375,51 @@ def main() -> int:
     def handover(workers: int) -> Handover:  # as node_handover builds it for so many nodes
         return Handover(kube, slurm_for_workers(slurm, workers, settings.poll_s), settings)
 
+    failed: dict[str, str] = {}
     try:
         print("baseline: PriorityClass preemption (the seeds' recipe)", flush=True)
-        baseline = bench.baseline(args.trials)
+        baseline = attempt("baseline", lambda: bench.baseline(args.trials), failed)
         print("protocol: reclaim", flush=True)
-        one = bench.protocol(handover(1), 1, args.trials)
-        many = bench.protocol(handover(args.many), args.many, args.many_trials)
+        one = attempt("one", lambda: bench.protocol(handover(1), 1, args.trials), failed)
+        many = attempt(
+            "many",
+            lambda: bench.protocol(handover(args.many), args.many, args.many_trials),
+            failed,
+        )
     finally:
         bench.down(handover(1))
-    print("planner: 10,000 nodes, 100,000 jobs", flush=True)
-    plans = handover_plan_scale.measure("reclaim", 12000, args.trials, 10000, 100000)
+    print(f"planner: {PLAN_NODES:,} nodes, {PLAN_JOBS:,} jobs", flush=True)
+    plans = handover_plan_scale.measure(
+        "reclaim",
+        handover_plan_scale.reclaim_pending(PLAN_NODES),
+        args.trials,
+        PLAN_NODES,
+        PLAN_JOBS,
+    )
 
     rows = [("case", "trials", "median s", "p95 s", "max s", "other", "target")]
     ran = [b for b in baseline if b[2]]
-    times = [b[0] for b in baseline]
     rows.append(
         (
             "baseline: app pod runs (capped)",
             str(len(baseline)),
-            f"{statistics.median(times):.2f}",
-            f"{percentile(times, 0.95):.2f}",
-            f"{max(times):.2f}",
-            f"evictions {sum(b[1] for b in baseline)}, never ran {len(baseline) - len(ran)}",
+            *summary([b[0] for b in baseline]),
+            failed.get("baseline")
+            or f"evictions {sum(b[1] for b in baseline)}, never ran {len(baseline) - len(ran)}",
             "-",
         )
     )
-    for label, results, target in (
-        ("protocol: 1 idle lent node back", one, "<= 5 s p95"),
-        (f"protocol: {args.many} lent nodes back", many, "<= 15 s"),
+    for case, label, results, target in (
+        ("one", "protocol: 1 idle lent node back", one, f"<= {TARGET_ONE_S} s p95"),
+        ("many", f"protocol: {args.many} lent nodes back", many, f"<= {TARGET_MANY_S} s"),
     ):
-        times = [r[0] for r in results]
         rows.append(
             (
                 label,
                 str(len(results)),
-                f"{statistics.median(times):.2f}",
-                f"{percentile(times, 0.95):.2f}",
-                f"{max(times):.2f}",
-                f"reclaim itself max {max(r[1] for r in results):.2f} s",
+                *summary([r[0] for r in results]),
+                failed.get(case)
+                or f"reclaim itself max {figure(maximum(r[1] for r in results))} s",
                 target,
             )
         )
@@ -425,11 +428,9 @@ def main() -> int:
         (
             "planner: one plan",
             str(len(plan_times)),
-            f"{statistics.median(plan_times):.3f}",
-            f"{percentile(plan_times, 0.95):.3f}",
-            f"{max(plan_times):.3f}",
-            f"peak {max(peaks):.1f} MiB",
-            "<= 1 s",
+            *summary(plan_times, 3),
+            f"peak {figure(maximum(peaks), 1)} MiB",
+            f"<= {handover_plan_scale.TARGET_S} s",
         )
     )
     print()

@@ -30,13 +30,15 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import sys
+import typing as t
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / ".build" / "collections"))
+sys.path[:0] = [str(REPO / ".build" / "collections"), str(REPO / "benchmarks")]
+
+from _common import NO_FIGURE, figure, mean, median, percentile  # noqa: E402
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand import (  # noqa: E402
     LendablePartition,
@@ -378,19 +380,18 @@ def play(
         "lends": cluster.lends,
         "reclaims": cluster.reclaims,
         "requeued": cluster.requeued,
-        "app_mean": statistics.fmean(app_waits),
+        "app_mean": mean(app_waits),
         "app_p95": percentile(app_waits, 0.95),
-        "job_mean": statistics.fmean(job_waits) / 60,
-        "job_p95": percentile(job_waits, 0.95) / 60,
+        "job_mean": minutes(mean(job_waits)),
+        "job_p95": minutes(percentile(job_waits, 0.95)),
         "jobs": len(job_waits),
         "used": sum(n.busy_cpu_s for n in cluster.nodes) / max(lent_s * CPU_M / 1000, 1),
         "runs": cluster.runs,
     }
 
 
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
+def minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds / 60
 
 
 def main() -> None:
@@ -423,15 +424,17 @@ def main() -> None:
                 for seed in range(args.seeds)
             ]
 
-            def mid(key: str, rows: list[dict[str, float]] = rows) -> float:
-                return statistics.median(row[key] for row in rows)
+            def mid(key: str, digits: int, rows: list[dict[str, t.Any]] = rows) -> str:
+                """The median over the seeds ("-" where no seed has the figure)."""
+                return figure(median(r[key] for r in rows if r[key] is not None), digits)
 
+            used = median(r["used"] for r in rows)
             print(
                 f"{mode[0] + (f', return {mode[1]}' if mode[1] is not None else ''):<19}"
-                f" {'events' if events else 'timer':<7} {mid('lends'):>6.0f}"
-                f" {mid('reclaims'):>8.0f} {mid('requeued'):>8.0f} {mid('app_mean'):>11.1f}"
-                f" {mid('app_p95'):>9.1f} {mid('job_mean'):>12.1f} {mid('job_p95'):>11.1f}"
-                f" {mid('used'):>13.0%} {mid('runs'):>6.0f}"
+                f" {'events' if events else 'timer':<7} {mid('lends', 0):>6}"
+                f" {mid('reclaims', 0):>8} {mid('requeued', 0):>8} {mid('app_mean', 1):>11}"
+                f" {mid('app_p95', 1):>9} {mid('job_mean', 1):>12} {mid('job_p95', 1):>11}"
+                f" {NO_FIGURE if used is None else f'{used:.0%}':>13} {mid('runs', 0):>6}"
             )
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import http.server
-import statistics
 import sys
 import threading
 import time
@@ -31,8 +30,10 @@ sys.path[:0] = [
     str(REPO / "tests" / "lab"),
     str(REPO / "tests" / "integration"),
     str(REPO / ".build" / "collections"),
+    str(REPO / "benchmarks"),
 ]
 
+from _common import figure, maximum, median  # noqa: E402
 from ansible_runner import run_task  # noqa: E402
 from slurm_lab import SlurmLab  # noqa: E402
 
@@ -120,6 +121,7 @@ def client_run(lab: SlurmLab) -> tuple[float, int]:
 def measure(lab: SlurmLab, trials: int) -> dict[str, t.Any]:
     proxy = CountingProxy(lab.release.rest_port)
     module_times, requests = [], []
+    counts = (0, 0)  # no trial, no figure
     try:
         for _trial in range(trials):
             before = proxy.count
@@ -143,9 +145,9 @@ def measure(lab: SlurmLab, trials: int) -> dict[str, t.Any]:
     return {
         "nodes": counts[0],
         "jobs": counts[1],
-        "module_s": statistics.median(module_times),
-        "client_s": statistics.median(run[0] for run in client),
-        "client_peak_mb": max(run[1] for run in client) / 2**20,
+        "module_s": median(module_times),
+        "client_s": median(run[0] for run in client),
+        "client_peak_mb": maximum(run[1] / 2**20 for run in client),
         "requests": sorted(set(requests)),
     }
 
@@ -179,8 +181,9 @@ def main() -> None:
     print("-" * len(header))
     for name, row in rows:
         print(
-            f"{name:<22} {row['nodes']:>6} {row['jobs']:>6} {row['module_s']:>9.2f} {row['client_s']:>9.2f}"
-            f" {row['client_peak_mb']:>10.1f} {','.join(map(str, row['requests'])):>14}"
+            f"{name:<22} {row['nodes']:>6} {row['jobs']:>6} {figure(row['module_s']):>9}"
+            f" {figure(row['client_s']):>9} {figure(row['client_peak_mb'], 1):>10}"
+            f" {','.join(map(str, row['requests'])):>14}"
         )
     if rows[0][1]["requests"] != rows[1][1]["requests"]:
         raise SystemExit("the number of HTTP requests grows with the cluster")
