@@ -593,19 +593,24 @@ class K8sLab(RunDirState):
 
     # ---- up --------------------------------------------------------------------------
 
-    def up(self, *, every_release: bool = True) -> None:
-        """Start the lab, or reuse it when it is already up, healthy and configured the same.
+    @staticmethod
+    def build(*, every_release: bool = True) -> None:
+        """What `up` needs, built when missing: the binaries, the operator and charts of every
+        Slinky release (the pod runner runs the one a pod's image names) and the Slurm chroot.
 
         every_release False builds only the release the lab deploys (`make demo`): the older
         line is for the upgrade test, and its operator is a build of minutes."""
         k8s_binaries.ensure([*BINARY_COMPONENTS, *CLIENT_TOOLS])
-        # Every release's operator (the pod runner runs the one a pod's image names) and charts.
         k8s_binaries.ensure_slinky(
             k8s_binaries.SLINKY_VERSIONS if every_release else [k8s_binaries.LAB_SLINKY_VERSION]
         )
-        log(f"Slinky: {slinky_summary()}")
         # Before the pod runner needs it for the first Slurm pod, which must not wait a minute.
         ensure_chroot(SLINKY_RELEASE)
+
+    def up(self, *, every_release: bool = True) -> None:
+        """Start the lab, or reuse it when it is already up, healthy and configured the same."""
+        self.build(every_release=every_release)
+        log(f"Slinky: {slinky_summary()}")
         if self.is_healthy() and self.load_state().get("commands") == self.commands():
             self.create_storage()  # a lab started before the lab had storage
             self.write_client_files()
@@ -863,6 +868,11 @@ def cmd_up(lab: K8sLab, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build(lab: K8sLab, args: argparse.Namespace) -> int:
+    lab.build(every_release=not args.deployed_release_only)
+    return 0
+
+
 def cmd_down(lab: K8sLab, args: argparse.Namespace) -> int:
     lab.down()
     log("down: no lab process left")
@@ -911,7 +921,13 @@ def cmd_env(lab: K8sLab, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "env": cmd_env}
+COMMANDS = {
+    "build": cmd_build,
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "env": cmd_env,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -923,7 +939,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--deployed-release-only",
         action="store_true",
-        help="up: build only the Slinky release the lab deploys (not the older line's)",
+        help="build, up: only the Slinky release the lab deploys (not the older line's)",
     )
     args = parser.parse_args(argv)
     return run_cli("k8s_lab", lambda: COMMANDS[args.command](K8sLab(), args))
