@@ -11,7 +11,10 @@ A pending job counts as demand when lending can start it:
 
 * it waits for resources or priority, not on a hold, a dependency, a begin time or a limit
   (a lent node changes none of those);
-* each of its nodes fits a pool node (CPUs, memory and GPUs of the node's allocatable);
+* each of its nodes fits a pool node, in the numbers Slurm uses (``SlurmQueue.offer``):
+  Slurm's own record of a lent node, else what slurmd of the lendable NodeSet will
+  register (its limits, within the Node's allocatable); a job Slurm marks
+  ``BadConstraints`` (too big for the nodes it has) is reported with what it exceeds;
 * it survives a reclaim: its time limit is within the partition's grace, or the partition
   requeues at the deadline and the job may be requeued; and the limit is within the
   partition's MaxTime (slurmctld would keep it pending otherwise).
@@ -34,6 +37,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     EscalationPolicy,
     Policy,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.quantity import quantity
 
 # Why a pending job waits, when a lent node can end that wait ("None": not yet looked at;
 # PartitionConfig: its partition has no node yet, as a lendable one before its first lend;
@@ -45,6 +49,12 @@ WAITS_FOR_NODES = frozenset(
 EXAMPLES_PER_REASON = 3
 MIB = 1 << 20
 _GPUS_PER_NODE = re.compile(r"gres[/:]gpu(?::[^:,=]+)?[:=](\d+)")
+# GPUs of a node's Gres: Slurm's record ("gpu:h100:4(S:0-1),shard:8") or slurmd's --conf.
+_NODE_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+# The reason slurmctld gives a job no node of its partition can ever hold (it also sets
+# the job's priority to 0, so slurmrestd shows it held).
+BAD_CONSTRAINTS = "BadConstraints"
+TOO_BIG = "asks more than a pool node has"
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,17 @@ class Shape:
     def describe(self) -> str:
         text = f"{self.cpu_m / 1000:g} CPUs, {self.memory_b / MIB:.0f} MiB"
         return text + (f", {self.gpus} GPUs" if self.gpus else "")
+
+    def short_of(self, need: Shape) -> list[str]:
+        """What `need` asks beyond this shape, one entry per resource ("CPUs 64 > 32")."""
+        short = []
+        if need.cpu_m > self.cpu_m:
+            short.append(f"CPUs {need.cpu_m / 1000:g} > {self.cpu_m / 1000:g}")
+        if need.memory_b > self.memory_b:
+            short.append(f"memory {need.memory_b // MIB} MiB > {self.memory_b // MIB} MiB")
+        if need.gpus > self.gpus:
+            short.append(f"GPUs {need.gpus} > {self.gpus}")
+        return short
 
 
 @dataclass(frozen=True)
@@ -95,11 +116,54 @@ class LendablePartition:
 
 
 @dataclass(frozen=True)
+class SlurmdLimits:
+    """What slurmd of a lendable NodeSet registers on a node lent to it (``slurmd_limits``):
+    CPUs and MiB from the limits Slinky hands it, GPUs from its --conf Gres; 0 or None when
+    none is set, where slurmd takes what it detects (the node's allocatable here)."""
+
+    nodeset: str
+    node_selector: Mapping[str, str] = field(default_factory=dict)  # without the lend label
+    cpus: int = 0
+    memory_mib: int = 0
+    gpus: int | None = None
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+    def offer(self, allocatable: Shape) -> Shape:
+        """What Slurm gets of a node of `allocatable`: the limits, within the node."""
+        return Shape(
+            min(self.cpus * 1000, allocatable.cpu_m) if self.cpus else allocatable.cpu_m,
+            min(self.memory_mib * MIB, allocatable.memory_b)
+            if self.memory_mib
+            else allocatable.memory_b,
+            min(self.gpus, allocatable.gpus) if self.gpus is not None else allocatable.gpus,
+        )
+
+
+@dataclass(frozen=True)
 class SlurmQueue:
-    """The pending jobs of the lendable partitions, and those partitions."""
+    """The pending jobs of the lendable partitions, those partitions, and what Slurm has or
+    will have of a lent node (``offer``)."""
 
     jobs: tuple[PendingJob, ...] = ()
     partitions: Mapping[str, LendablePartition] = field(default_factory=dict)
+    # Slurm's record of its nodes (registered_shape), by name.
+    registered: Mapping[str, Shape] = field(default_factory=dict)
+    # The lendable NodeSets' slurmd (slurmd_limits); empty when they were not read.
+    slurmd: tuple[SlurmdLimits, ...] = ()
+
+    def offer(
+        self, name: str, labels: Mapping[str, str], allocatable: Shape, *, lent: bool
+    ) -> Shape:
+        """What a pool node holds for Slurm's jobs, in the numbers Slurm uses: a lent node
+        Slurm has registered, Slurm's own record; else what the slurmd of the NodeSet that
+        selects it will register (the smallest, if several do); else, when no lendable
+        NodeSet is known, the Node's allocatable."""
+        if lent and name in self.registered:
+            return self.registered[name]
+        offers = [limits.offer(allocatable) for limits in self.slurmd if limits.selects(labels)]
+        return min(offers, key=lambda s: (s.cpu_m, s.memory_b, s.gpus), default=allocatable)
 
 
 @dataclass
@@ -181,6 +245,78 @@ def is_pending(job: Mapping[str, t.Any]) -> bool:
     return job.get("state") == "PENDING"
 
 
+def node_gpus(gres: t.Any) -> int:
+    """The GPUs of a Gres list ("gpu:h100:4(S:0-1),shard:8" -> 4)."""
+    return sum(int(count) for count in _NODE_GPUS.findall(str(gres or "")))
+
+
+def registered_shape(node: Mapping[str, t.Any]) -> Shape | None:
+    """What Slurm's record of a node (slurm_info's normalised node) holds for jobs: its
+    effective CPUs (CPUs less CoreSpecCount's), its RealMemory less MemSpecLimit, its
+    GPUs; None before slurmd has registered it."""
+    effective = _number(node.get("effective_cpus"))
+    cpus = effective if effective is not None else _number(node.get("cpus"))
+    memory = _number(node.get("real_memory"))
+    if not cpus or memory is None:
+        return None
+    memory -= _number(node.get("specialized_memory")) or 0
+    return Shape(int(cpus * 1000), int(max(memory, 0) * MIB), node_gpus(node.get("gres")))
+
+
+def slurmd_limits(
+    nodeset: Mapping[str, t.Any], key: str, lend_label: Mapping[str, t.Any]
+) -> SlurmdLimits:
+    """What slurmd of a NodeSet (its Kubernetes object) registers on a node, as Slinky 1.2.1
+    sets it up.
+
+    The operator (internal/builder/workerbuilder/worker_app.go, getResourceLimits) gives
+    the slurmd container POD_CPUS, the CPU limit rounded up to whole CPUs, and POD_MEMORY,
+    the memory limit in MiB rounded down: the slurmd container's limit, else the pod-level
+    one (spec.template.spec.resources), else 0. The image's entrypoint
+    (slurmd-entrypoint.sh) then adds to slurmd's --conf ``CoreSpecCount`` = the host's
+    cores less POD_CPUS / ThreadsPerCore and ``MemSpecLimit`` = the RealMemory slurmd
+    detects less POD_MEMORY, so jobs get POD_CPUS (to whole cores) and POD_MEMORY of the
+    node; without a limit, all slurmd detects. GPUs are the Gres the operator puts in
+    --conf from the NodeSet's extraConf (the privileged slurmd sees every GPU of the host).
+    """
+    spec = nodeset.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or {}
+    pod_limits = (pod.get("resources") or {}).get("limits") or {}
+    limits = ((spec.get("slurmd") or {}).get("resources") or {}).get("limits") or {}
+
+    def limit(name: str, unit: float) -> int:
+        return quantity(limits.get(name), unit) or quantity(pod_limits.get(name), unit)
+
+    conf = dict(
+        item.split("=", 1) for item in str(spec.get("extraConf") or "").split() if "=" in item
+    )
+    gres = next((value for name, value in conf.items() if name.lower() == "gres"), None)
+    return SlurmdLimits(
+        nodeset=key,
+        node_selector={
+            str(name): str(value)
+            for name, value in (pod.get("nodeSelector") or {}).items()
+            if name not in lend_label
+        },
+        cpus=math.ceil(limit("cpu", 1e-3) / 1000),
+        memory_mib=limit("memory", 1) // MIB,
+        gpus=node_gpus(gres) if gres is not None else None,
+    )
+
+
+def too_big(need: Shape, pool_shapes: Sequence[Shape]) -> str:
+    """Why no pool node holds `need`, naming what it exceeds on the node that comes
+    closest ("asks more than a pool node has: CPUs 64 > 32"), or '' when one holds it."""
+    if not pool_shapes:
+        return f"{TOO_BIG}: the pool has no node"
+    closest = min(
+        pool_shapes,
+        key=lambda s: (len(s.short_of(need)), -s.cpu_m, -s.memory_b, -s.gpus),
+    )
+    short = closest.short_of(need)
+    return f"{TOO_BIG}: {', '.join(short)}" if short else ""
+
+
 def demand_blocker(
     job: PendingJob,
     partition: LendablePartition,
@@ -188,6 +324,9 @@ def demand_blocker(
     pool_shapes: Sequence[Shape],
 ) -> str | None:
     """Why lending a node would not start this job, or None."""
+    if job.reason == BAD_CONSTRAINTS:
+        # Held by slurmctld (priority 0) once the partition's nodes are too small for it.
+        return too_big(job.per_node, pool_shapes) or f"{TOO_BIG} (Slurm: {BAD_CONSTRAINTS})"
     if job.held:
         return "held"
     if job.dependency or job.reason.startswith("Dependency"):
@@ -210,9 +349,7 @@ def demand_blocker(
             )
         if not job.requeue:
             return f"time limit over the {rules.grace_s} s grace, and not requeue-able"
-    if not any(shape.holds(job.per_node) for shape in pool_shapes):
-        return "asks more of a node than any pool node has"
-    return None
+    return too_big(job.per_node, pool_shapes) or None
 
 
 def place(

@@ -111,15 +111,12 @@ def lendable_nodesets(
     ]
 
 
-def lendable_nodeset_keys(
+def lendable_nodesets_of(
     client: t.Any, lend_label: Mapping[str, t.Any], namespace: str | None = None
-) -> list[str]:
-    """The Slurm feature (the NodeSet key) of each NodeSet that selects the lend label."""
+) -> list[JSON]:
+    """The NodeSets that select the lend label (given as its one key and value)."""
     ((label, value),) = lend_label.items()
-    return [
-        nodeset_feature(nodeset)
-        for nodeset in lendable_nodesets(client, str(label), str(value), namespace)
-    ]
+    return lendable_nodesets(client, str(label), str(value), namespace)
 
 
 def nodeset_pod_spec(nodeset: Mapping[str, t.Any]) -> JSON:

@@ -347,13 +347,19 @@ def _lend_on_demand(
         (n for n in free if blockers[n.name] is None),
         key=lambda n: (n.journal.idle_since if n.journal.idle_since is not None else now, n.name),
     )
+    # Each node as Slurm will have it: a lent node in Slurm's own numbers (demand.py).
+    lent_names = {n.name for n in lent}
+    offers = {
+        n.name: queue.offer(n.name, n.labels, _shape(n), lent=n.name in lent_names)
+        for n in [*pool, *lent]
+    }
     placement = place(
         queue.jobs,
         queue.partitions,
         policy,
-        [_shape(n) for n in pool],
-        [(n.name, _shape(n)) for n in lent if _idle_in_slurm(slurm_nodes.get(n.name))],
-        [(n.name, _shape(n)) for n in by_idle],
+        [offers[n.name] for n in pool],
+        [(n.name, offers[n.name]) for n in lent if _idle_in_slurm(slurm_nodes.get(n.name))],
+        [(n.name, offers[n.name]) for n in by_idle],
         room,
     )
     chosen = list(placement.lend)

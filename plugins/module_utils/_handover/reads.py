@@ -10,6 +10,7 @@ decisions are the pure functions of ``plan`` and ``options``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import typing as t
@@ -21,9 +22,12 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand imp
     SlurmQueue,
     is_pending,
     pending_job,
+    registered_shape,
+    slurmd_limits,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
-    lendable_nodeset_keys,
+    lendable_nodesets_of,
+    nodeset_feature,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import Policy
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
@@ -66,14 +70,17 @@ def check_against_cluster(
     partitions: Sequence[str] | None,
     lend_label: Mapping[str, t.Any],
     nodeset_namespace: str | None,
+    nodesets: Sequence[JSON] | None = None,
 ) -> JSON:
     """Why the named nodes, and the policy's partitions (None: all it names), cannot be
     used, as handover_check returns it: ``refusals`` (each naming the variable and the fix),
-    ``lendable_partitions``, and ``lendable_nodesets`` (their keys, which read_plan can take
-    instead of listing the NodeSets again). KubernetesError or SlurmRestError when a read
-    fails."""
+    ``lendable_partitions``, and ``lendable_nodesets`` (their keys). The lendable NodeSets
+    are listed unless given (a run reads them once for its check and its plan).
+    KubernetesError or SlurmRestError when a read fails."""
     found = {name: get_object(client, "v1", "Node", name) for name in nodes}
-    keys = lendable_nodeset_keys(client, lend_label, nodeset_namespace)
+    if nodesets is None:
+        nodesets = lendable_nodesets_of(client, lend_label, nodeset_namespace)
+    keys = [nodeset_feature(nodeset) for nodeset in nodesets]
     refusals = named_node_refusals(nodes, found, policy, markers)
     named = list(policy.partitions) if partitions is None else list(partitions)
     slurm_partitions = slurm.partitions()
@@ -94,20 +101,21 @@ def read_plan(
     lend_label: Mapping[str, t.Any],
     nodeset_namespace: str | None,
     now: float,
-    nodeset_keys: Sequence[str] | None = None,
+    nodesets: Sequence[JSON] | None = None,
 ) -> JSON:
     """The pool, its pods and its Slurm nodes read once, and what handover_plan returns
     from them: the plan, the status rows, the orphans and what needs attention. The
-    lendable NodeSets' keys are listed unless given (a run's check read them already)."""
+    lendable NodeSets are listed unless given (a run's check read them already): their
+    keys name the lendable partitions, their slurmd limits what a lent node gives Slurm."""
     nodes = [node_view(obj, journal_annotation) for obj in list_objects(client, "v1", "Node")]
     pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
-    features = (
-        list(nodeset_keys)
-        if nodeset_keys is not None
-        else lendable_nodeset_keys(client, lend_label, nodeset_namespace)
-    )
+    if nodesets is None:
+        nodesets = lendable_nodesets_of(client, lend_label, nodeset_namespace)
+    features = [nodeset_feature(nodeset) for nodeset in nodesets]
     running, queue = read_slurm_jobs(slurm, features)
-    slurm_nodes = slurm_node_views(slurm.nodes(), running, job_node_names)
+    raw_slurm_nodes = slurm.nodes()
+    queue = with_node_shapes(queue, raw_slurm_nodes, nodesets, lend_label)
+    slurm_nodes = slurm_node_views(raw_slurm_nodes, running, job_node_names)
     result: JSON = plan(nodes, pods, slurm_nodes, policy, now, queue).as_dict()
     result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
     orphaned = orphans(nodes, slurm_nodes, features, pods)
@@ -116,6 +124,25 @@ def read_plan(
     result["apps_on_lent_nodes"] = apps_on_lent
     result["attention"] = attention(orphaned, apps_on_lent)
     return result
+
+
+def with_node_shapes(
+    queue: SlurmQueue,
+    slurm_nodes: Sequence[JSON],
+    nodesets: Sequence[JSON],
+    lend_label: Mapping[str, t.Any],
+) -> SlurmQueue:
+    """The queue with what Slurm has or will have of a lent node: its record of each node
+    it has registered, and the lendable NodeSets' slurmd limits."""
+    registered = {
+        str(node["name"]): shape
+        for node in slurm_nodes
+        if (shape := registered_shape(node)) is not None
+    }
+    limits = tuple(
+        slurmd_limits(nodeset, nodeset_feature(nodeset), lend_label) for nodeset in nodesets
+    )
+    return dataclasses.replace(queue, registered=registered, slurmd=limits)
 
 
 # What the plan keeps of a running job: where it runs, its partition, when it ends.

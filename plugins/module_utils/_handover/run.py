@@ -26,7 +26,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.batch impo
     pool_journals,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.executor import Settings
-from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import KubernetesCalls
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import (
+    KubernetesCalls,
+    lendable_nodesets_of,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     HandoverAction,
 )
@@ -118,7 +121,8 @@ class HandoverRun:
         self.requested: list[str] = []
         self.warnings: list[str] = []
         self._step = "check"  # the step under way, for the message of its failure
-        self.nodeset_keys: list[str] | None = None  # read by the check, used by the plan
+        # The lendable NodeSets: read for the check, used by the plan.
+        self.nodesets: list[JSON] | None = None
 
     # -- the run -------------------------------------------------------------------------
 
@@ -132,7 +136,6 @@ class HandoverRun:
             # Before the Lease: nothing done, the run's failure is recorded.
             return self._finish(result, f"the check against the cluster: {err}", lease=None)
         result["lendable_partitions"] = checked["lendable_partitions"]
-        self.nodeset_keys = checked["lendable_nodesets"]
         if checked["refusals"]:
             result["refusals"] = checked["refusals"]
             result["outcome"] = "invalid"
@@ -187,6 +190,9 @@ class HandoverRun:
     def _check(self) -> JSON:
         request = self.request
         self._step = "check"
+        self.nodesets = lendable_nodesets_of(
+            self.kube.client, self._lend_label(), request.nodeset_namespace
+        )
         return check_against_cluster(
             self.kube.client,
             self.slurm,
@@ -196,6 +202,7 @@ class HandoverRun:
             partitions=None if request.partitions is None else list(request.partitions),
             lend_label=self._lend_label(),
             nodeset_namespace=request.nodeset_namespace,
+            nodesets=self.nodesets,
         )
 
     def _lend_label(self) -> t.Mapping[str, str]:
@@ -217,7 +224,7 @@ class HandoverRun:
                 lend_label=self._lend_label(),
                 nodeset_namespace=request.nodeset_namespace,
                 now=self.clock(),
-                nodeset_keys=self.nodeset_keys,
+                nodesets=self.nodesets,
             )
         plan = self.plan or {}
         if action == REBALANCE:

@@ -285,8 +285,11 @@ def normalize_node(raw: JSON) -> JSON:
         "features": _csv_list(raw.get("features")),
         "active_features": _csv_list(raw.get("active_features")),
         "cpus": plain_number(raw.get("cpus")),
+        # What jobs may use: the CPUs less CoreSpecCount's, the memory less MemSpecLimit.
+        "effective_cpus": plain_number(raw.get("effective_cpus")),
         "alloc_cpus": plain_number(raw.get("alloc_cpus")),
         "real_memory": plain_number(raw.get("real_memory")),
+        "specialized_memory": plain_number(raw.get("specialized_memory")),
         "alloc_memory": plain_number(raw.get("alloc_memory")),
         "free_memory": plain_number(raw.get("free_mem")),
         "gres": raw.get("gres") or "",

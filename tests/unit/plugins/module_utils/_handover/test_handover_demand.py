@@ -19,10 +19,13 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand imp
     PendingJob,
     Placement,
     Shape,
+    SlurmdLimits,
     SlurmQueue,
     demand_blocker,
     pending_job,
     place,
+    registered_shape,
+    slurmd_limits,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     Journal,
@@ -47,6 +50,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     Connection,
     SlurmRestClient,
     normalize_job,
+    normalize_node,
 )
 
 NOW = 1_800_000_000.0
@@ -239,11 +243,24 @@ def test_held(fields: dict[str, t.Any], held: bool) -> None:
         ),
         (
             cpus(33),
-            "asks more of a node than any pool node has",
+            "asks more than a pool node has: CPUs 33 > 32, memory 270336 MiB > 262144 MiB",
         ),
         (
-            {"tres_per_node": "gres/gpu:2"},
-            "asks more of a node than any pool node has",
+            {**cpus(33), "memory_per_cpu": 1024},
+            "asks more than a pool node has: CPUs 33 > 32",
+        ),
+        ({"tres_per_node": "gres/gpu:2"}, "asks more than a pool node has: GPUs 2 > 0"),
+        # slurmctld holds a job too big for the partition's nodes (priority 0): reported
+        # with what it exceeds, not as held.
+        (
+            {**cpus(64), "memory_per_cpu": 1024, "state_reason": "BadConstraints", "hold": True},
+            "asks more than a pool node has: CPUs 64 > 32",
+        ),
+        # Too big for what Slurm has, though not in numbers the plan can see (a feature,
+        # a lent node registered smaller): Slurm's word.
+        (
+            {"state_reason": "BadConstraints", "hold": True, "priority": 0},
+            "asks more than a pool node has (Slurm: BadConstraints)",
         ),
         # The lab's jobs that a lent node starts.
         ({"state_reason": "PartitionConfig"}, None),
@@ -300,8 +317,113 @@ def test_a_gpu_job_fits_a_pool_with_a_gpu_node() -> None:
     gpu = pending_job(job(26, tres_per_node="gres/gpu:2"))
     assert demand_blocker(gpu, BACKFILL, DEMAND, [NODE, GPU_NODE]) is None
     assert demand_blocker(gpu, BACKFILL, DEMAND, [Shape(32000, 256 * GIB, 1)]) == (
-        "asks more of a node than any pool node has"
+        "asks more than a pool node has: GPUs 2 > 1"
     )
+    # Several shapes, none holds it: named against the one that comes closest (the
+    # fewest resources short; of those, the largest).
+    big = pending_job(job(27, **cpus(48), memory_per_cpu=1024, tres_per_node="gres/gpu:2"))
+    assert demand_blocker(big, BACKFILL, DEMAND, [GPU_NODE, Shape(16000, 8 * GIB)]) == (
+        "asks more than a pool node has: CPUs 48 > 32"
+    )
+    assert demand_blocker(big, BACKFILL, DEMAND, [GPU_NODE, Shape(64000, 256 * GIB)]) == (
+        "asks more than a pool node has: GPUs 2 > 0"
+    )
+    assert demand_blocker(big, BACKFILL, DEMAND, []) == (
+        "asks more than a pool node has: the pool has no node"
+    )
+
+
+# ---- what Slurm has of a lent node: its record, or slurmd's limits ------------------------
+
+LEND = {"hpcops.io/slurm-lent": "true"}
+
+
+def nodeset(
+    slurmd: dict[str, t.Any] | None = None,
+    pod: dict[str, t.Any] | None = None,
+    extra_conf: str = "Features=interactive",
+) -> dict[str, t.Any]:
+    """A lendable NodeSet as the slurm chart 1.2.1 renders one from slurm_cluster_pools."""
+    return {
+        "apiVersion": "slinky.slurm.net/v1beta1",
+        "kind": "NodeSet",
+        "metadata": {"name": "slurm-worker-interactive", "namespace": "slurm"},
+        "spec": {
+            "extraConf": extra_conf,
+            "slurmd": {"image": "ghcr.io/slinkyproject/slurmd:26.05", "resources": slurmd or {}},
+            "template": {
+                "spec": {
+                    "hostname": "interactive-",
+                    "nodeSelector": {"kubernetes.io/os": "linux", **POOL, **LEND},
+                    **({"resources": pod} if pod is not None else {}),
+                }
+            },
+        },
+    }
+
+
+def test_slurmd_limits_are_the_slurmd_containers_else_the_pods() -> None:
+    limited = slurmd_limits(
+        nodeset({"limits": {"cpu": "8", "memory": "16Gi"}}), "interactive", LEND
+    )
+    assert limited == SlurmdLimits(
+        "interactive", {"kubernetes.io/os": "linux", **POOL}, cpus=8, memory_mib=16384
+    )
+    # The pod-level limit where the container has none; the container's wins per resource.
+    mixed = slurmd_limits(
+        nodeset({"limits": {"memory": "1000Mi"}}, {"limits": {"cpu": "4", "memory": "8Gi"}}),
+        "interactive",
+        LEND,
+    )
+    assert (mixed.cpus, mixed.memory_mib) == (4, 1000)
+    # POD_CPUS rounds a fraction up (Quantity.Value()), POD_MEMORY down to whole MiB.
+    odd = slurmd_limits(
+        nodeset({"limits": {"cpu": "1500m", "memory": "1537Ki"}}), "interactive", LEND
+    )
+    assert (odd.cpus, odd.memory_mib) == (2, 1)
+    # No limit: slurmd takes what it detects; no Gres in its --conf: GPUs not named.
+    assert slurmd_limits(nodeset(), "interactive", LEND) == SlurmdLimits(
+        "interactive", {"kubernetes.io/os": "linux", **POOL}
+    )
+    gpus = slurmd_limits(nodeset(extra_conf="Features=h100 Gres=gpu:h100:4"), "h100", LEND)
+    assert gpus.gpus == 4
+
+
+def test_slurms_record_of_a_node_is_what_jobs_may_use() -> None:
+    recorded = normalize_node(recording("26.05", "v0.0.45", "nodes")[1]["nodes"][0])
+    assert registered_shape(recorded) == Shape(2000, 4096 * MIB, 0)
+    # Slinky's entrypoint reserved the rest of a 64-CPU, 512 GiB host (CoreSpecCount,
+    # MemSpecLimit): jobs get 16 CPUs and 64 GiB, and the GPUs of its Gres.
+    reserved = {
+        **recorded,
+        "cpus": 64,
+        "effective_cpus": 16,
+        "real_memory": 512 * 1024,
+        "specialized_memory": 448 * 1024,
+        "gres": "gpu:h100:4(S:0-1),shard:8",
+    }
+    assert registered_shape(reserved) == Shape(16000, 64 * GIB, 4)
+    # Older answers without effective_cpus: its CPUs. Not registered yet: nothing known.
+    assert registered_shape({**reserved, "effective_cpus": None}) == Shape(64000, 64 * GIB, 4)
+    assert registered_shape({**recorded, "cpus": None, "effective_cpus": None}) is None
+
+
+def test_a_node_offers_slurms_record_once_lent_else_the_limits_within_its_allocatable() -> None:
+    small = SlurmdLimits("interactive", POOL, cpus=8, memory_mib=16384)
+    big = SlurmdLimits("interactive", POOL, cpus=64, memory_mib=1024 * 1024, gpus=8)
+    record = Shape(48000, 128 * GIB, 0)
+    slurm_side = SlurmQueue(registered={"int01": record}, slurmd=(small,))
+    assert slurm_side.offer("int01", POOL, NODE, lent=True) == record
+    # A free node (a record left from an earlier loan does not count): slurmd's limits.
+    assert slurm_side.offer("int01", POOL, NODE, lent=False) == Shape(8000, 16 * GIB, 0)
+    assert slurm_side.offer("int02", POOL, NODE, lent=True) == Shape(8000, 16 * GIB, 0)
+    # Limits beyond the node: the node's allocatable.
+    assert SlurmQueue(slurmd=(big,)).offer("int02", POOL, GPU_NODE, lent=False) == GPU_NODE
+    # Several NodeSets select it: the smallest; none, or none known: the allocatable.
+    both = SlurmQueue(slurmd=(big, small))
+    assert both.offer("int02", POOL, NODE, lent=False) == Shape(8000, 16 * GIB, 0)
+    assert both.offer("svc01", {"hpcops.io/pool": "services"}, NODE, lent=False) == NODE
+    assert SlurmQueue().offer("int02", POOL, NODE, lent=False) == NODE
 
 
 # ---- place: which free nodes the fitting jobs need --------------------------------------
@@ -540,7 +662,11 @@ def test_nothing_that_fits_lends_nothing() -> None:
     demand = result.as_dict()["slurm_demand"]
     assert (demand["pending_jobs"], demand["fitting_jobs"], demand["nodes"]) == (3, 0, 0)
     assert demand["skipped"] == [
-        {"reason": "asks more of a node than any pool node has", "jobs": 1, "examples": [2]},
+        {
+            "reason": "asks more than a pool node has: CPUs 64 > 32, memory 524288 MiB > 262144 MiB",
+            "jobs": 1,
+            "examples": [2],
+        },
         {"reason": "held", "jobs": 1, "examples": [1]},
         {"reason": "time limit over backfill's MaxTime", "jobs": 1, "examples": [3]},
     ]
@@ -596,6 +722,84 @@ def test_a_gpu_job_is_lent_the_gpu_node() -> None:
     nodes = [node("int01", idle_since=NOW - 9000), node("gpu01", gpus=4)]
     result = plan(nodes, [], {}, DEMAND, NOW, queue(job(5, tres_per_node="gres/gpu:2")))
     assert [(d.node, d.reason) for d in result.lend] == [("gpu01", "for pending job(s) 5 of Slurm")]
+
+
+def limited(*jobs: dict[str, t.Any], **slurm_side: t.Any) -> SlurmQueue:
+    """A queue of `jobs` with what Slurm has of the pool's nodes (SlurmQueue's fields)."""
+    return SlurmQueue(tuple(pending_job(j) for j in jobs), PARTITIONS, **slurm_side)
+
+
+EIGHT_CPUS = SlurmdLimits("interactive", POOL, cpus=8, memory_mib=64 * 1024)
+
+
+def test_a_job_that_fits_the_allocatable_but_not_slurmds_limits_is_not_lent_for() -> None:
+    """The pool's Nodes have 32 CPUs and 256 GiB allocatable; the lendable NodeSet's
+    slurmd is limited to 8 CPUs and 64 GiB, which is all Slurm will get of a lent node."""
+    between = job(1, **cpus(16), memory_per_cpu=1024)
+    heavy = job(2, memory_per_node=100 * 1024, memory_per_cpu=None)
+    result = plan(FREE, [], {}, DEMAND, NOW, limited(between, heavy, slurmd=(EIGHT_CPUS,)))
+    assert result.lend == ()
+    assert result.slurm_demand is not None
+    assert result.slurm_demand["skipped"] == [
+        {"reason": "asks more than a pool node has: CPUs 16 > 8", "jobs": 1, "examples": [1]},
+        {
+            "reason": "asks more than a pool node has: memory 102400 MiB > 65536 MiB",
+            "jobs": 1,
+            "examples": [2],
+        },
+    ]
+    # Without the limits (the allocatable alone) both would have been lent for.
+    assert names(plan(FREE, [], {}, DEMAND, NOW, queue(between, heavy)).lend) == ["int01"]
+    # What fits the limits is lent for, placed by the limits: two 4-CPU jobs per node.
+    small = [job(i, **cpus(4), memory_per_cpu=1024) for i in (3, 4, 5)]
+    result = plan(FREE, [], {}, DEMAND, NOW, limited(*small, slurmd=(EIGHT_CPUS,)))
+    assert [(d.node, d.reason) for d in result.lend] == [
+        ("int01", "for pending job(s) 3, 4 of Slurm"),
+        ("int02", "for pending job(s) 5 of Slurm"),
+    ]
+
+
+def test_a_job_that_fits_slurms_record_of_a_lent_node_but_not_the_allocatable_uses_it() -> None:
+    """The reverse: slurmd of the lent int09 registered 64 CPUs (what it detected), more
+    than the 32 its Node has allocatable. A 48-CPU job fits there, and Slurm starts it."""
+    nodes = [*FREE, node("int09", "lent", since=NOW - 7200)]
+    slurm = {"int09": idle("int09", 7000)}
+    wide = job(1, **cpus(48), memory_per_cpu=1024)
+    record = {"int09": Shape(64000, 256 * GIB)}
+    result = plan(nodes, [], slurm, DEMAND, NOW, limited(wide, registered=record))
+    assert (result.lend, result.reclaim) == ((), ())
+    assert result.slurm_demand is not None
+    assert result.slurm_demand["lent_nodes_used"] == ["int09"]
+    assert reasons(result.left_alone)["int09"] == "lent; a waiting job will run there"
+    # slurmd limits beyond the Node's allocatable give a free node no more than it has.
+    roomy = SlurmdLimits("interactive", POOL, cpus=64)
+    result = plan(FREE, [], {}, DEMAND, NOW, limited(wide, slurmd=(roomy,)))
+    assert result.lend == ()
+    assert result.slurm_demand is not None
+    assert result.slurm_demand["skipped"][0]["reason"] == (
+        "asks more than a pool node has: CPUs 48 > 32"
+    )
+
+
+def test_a_job_slurm_holds_for_bad_constraints_is_reported_as_too_big_not_held() -> None:
+    """Lent int09 registered 8 CPUs: slurmctld marks a 16-CPU job BadConstraints and sets
+    its priority to 0 (slurmrestd: hold). The plan names what it exceeds, and lends
+    nothing for it."""
+    nodes = [*FREE, node("int09", "lent", since=NOW - 7200)]
+    slurm = {"int09": idle("int09", 7000)}
+    bad = job(
+        1, **cpus(16), memory_per_cpu=1024, state_reason="BadConstraints", hold=True, priority=0
+    )
+    held = job(2, hold=True, state_reason="JobHeldUser")
+    record = {"int09": Shape(8000, 64 * GIB)}
+    jobs = limited(bad, held, registered=record, slurmd=(EIGHT_CPUS,))
+    result = plan(nodes, [], slurm, DEMAND, NOW, jobs)
+    assert (result.lend, result.reclaim) == ((), ())
+    assert result.slurm_demand is not None
+    assert result.slurm_demand["skipped"] == [
+        {"reason": "asks more than a pool node has: CPUs 16 > 8", "jobs": 1, "examples": [1]},
+        {"reason": "held", "jobs": 1, "examples": [2]},
+    ]
 
 
 def test_demand_headroom_adds_nodes_while_jobs_wait() -> None:
@@ -846,7 +1050,17 @@ def demand_clusters(
         demand_return_idle_s=draw(st.sampled_from([None, 0, 600])),
         partitions={"backfill": PartitionPolicy(draw(st.sampled_from([300, 20000])), "requeue")},
     )
-    return nodes, pods, slurm, policy, queue(*jobs)
+    # What Slurm has of the nodes: the lendable NodeSet's slurmd limits (none, smaller or
+    # larger than the Nodes' allocatable), and its record of the registered ones.
+    limits = draw(
+        st.sampled_from([(), (EIGHT_CPUS,), (SlurmdLimits("interactive", POOL, cpus=64, gpus=1),)])
+    )
+    registered = {
+        name: Shape(draw(st.sampled_from([8000, 32000, 64000])), 256 * GIB)
+        for name in slurm
+        if draw(st.booleans())
+    }
+    return nodes, pods, slurm, policy, limited(*jobs, registered=registered, slurmd=limits)
 
 
 @given(demand_clusters())
@@ -862,7 +1076,12 @@ def test_demand_properties(
         for n in nodes
         if n.labels == POOL and n.journal.state in ("free", "lent")  # as plan classifies
     ]
-    shapes = [Shape(n.cpu_m, n.memory_b, n.gpus) for n in pool]
+    shapes = [
+        jobs.offer(
+            n.name, n.labels, Shape(n.cpu_m, n.memory_b, n.gpus), lent=n.journal.state == "lent"
+        )
+        for n in pool
+    ]
     fitting_nodes = sum(
         j.nodes
         for j in jobs.jobs

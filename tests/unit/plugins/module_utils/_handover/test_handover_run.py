@@ -73,18 +73,20 @@ class Recorder:
             return {"acquired": True, "holder": "run-1"}
 
         monkeypatch.setattr(run_module, "hand_over", hand_over)
+        burst = {"metadata": {"name": "slurm-worker-burst"}}
+        monkeypatch.setattr(run_module, "lendable_nodesets_of", lambda *a: [burst])
         monkeypatch.setattr(
             run_module,
             "check_against_cluster",
             lambda *a, **k: (
-                self.calls.append(("check",))
+                self.calls.append(("check", *(n["metadata"]["name"] for n in k["nodesets"])))
                 or {"refusals": [], "lendable_partitions": [], "lendable_nodesets": ["burst"]}
             ),
         )
 
         def read_plan(*_a: t.Any, **kw: t.Any) -> dict[str, t.Any]:
             # The plan takes the NodeSets the check read instead of listing them again.
-            self.calls.append(("plan", *kw["nodeset_keys"]))
+            self.calls.append(("plan", *(n["metadata"]["name"] for n in kw["nodesets"])))
             return dict(PLAN)
 
         monkeypatch.setattr(run_module, "read_plan", read_plan)
@@ -139,7 +141,8 @@ def test_a_rebalance_does_each_step_in_the_protocols_order_and_records_once(
     ]
     # The plan's reason goes with its reclaim; the plan's attention into the summary.
     assert ("reclaim", "int01", "2 pending pod(s)") in recorder.calls
-    assert ("plan", "burst") in recorder.calls
+    assert ("check", "slurm-worker-burst") in recorder.calls
+    assert ("plan", "slurm-worker-burst") in recorder.calls
     assert "gone01: Slurm node of a deleted Node" in result["summary"]["warnings"]
     assert result["error"] == "" and result["recorded"]
 
