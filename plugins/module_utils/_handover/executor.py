@@ -65,8 +65,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import S
 JSON = dict[str, t.Any]
 
 DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod sets none
-# After an escalation: slurmd's SIGTERM, then the kubelet's SIGKILL for what still runs.
-ESCALATED_POD_GRACE_S = 1
+# A drained slurmd pod's termination grace: its preStop and SIGTERM, then the kubelet's
+# SIGKILL for what still runs (nothing of a job: the node is drained and idle, or escalated).
+DRAINED_POD_GRACE_S = 1
 CONFLICT_RETRIES = 5
 
 
@@ -617,12 +618,14 @@ class Handover:
         # pod goes now: the operator would delete it too, but only after its next look at
         # Slurm (2 to 7 s in kind). A pod it re-creates from a view that still has the label
         # cannot be bound: its node selector wants the label the scheduler no longer sees.
+        # It goes with a grace of 1 s: no job runs there any more, and the run that gives the
+        # node back deletes its Slurm record itself, so neither slurmd's shutdown nor its
+        # preStop (1.6 to 2.7 s of an idle reclaim in kind) is worth the applications' wait.
         # After an escalation the jobs are requeued or cancelled in slurmctld, but Slurm
         # signals no process on a DOWN node: they ran on in the container, and slurmd given
         # SIGTERM held its pod for the whole termination grace (30 s, measured in kind). Those
-        # processes belong to no job any more: the pod goes at once, theirs with it.
-        escalated = Step.ESCALATE in outcome.steps
-        grace_s = self._delete_slurmd_pods(name, ESCALATED_POD_GRACE_S if escalated else None)
+        # processes belong to no job any more: they go with the pod.
+        grace_s = self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
         if not self._wait(slurmd_gone, grace_s + self.settings.pod_timeout_s):
             raise StepFailed(
                 f"the slurmd pod on {name} is still there {grace_s + self.settings.pod_timeout_s:g} s "
