@@ -42,6 +42,7 @@ Progress and times go to stderr; ``$HPCOPS_LAB_CACHE/kind`` keeps the root files
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -777,22 +778,40 @@ def prepare() -> float:
 
     `make test` runs this in the background while the lab tests run (see
     tests/integration/conftest.py), so only the `docker import`s are left for the kind test.
-    On a cold machine it builds the lab's binaries too, before the kind ones.
+    Two paths at once, as they use different things: the Go builds take the CPU, the root
+    filesystems (debootstrap and apt) mostly the network and the disk. The Go builds go in
+    the order of what waits on them: the lab's binaries and operators (the Kubernetes tests),
+    then kind's. The roots that need no Go binary come first (node_prep's hosts among them);
+    the kind node's root, which carries the kubelet, last.
     """
     started = time.monotonic()
-    # The lab's own binaries first, one lock at a time: a lab test that needs them then
-    # either finds them built or takes the lock between two builds, never waits on ours.
-    lab_first = [name for name in k8s_binaries.BINARIES if name not in KIND_BINARIES]
-    for name in lab_first:
-        k8s_binaries.ensure([name])
-    # Every Slinky release the lab runs (the older line's tests and the upgrade test too).
-    k8s_binaries.ensure_slinky()
-    for name in KIND_BINARIES:
-        k8s_binaries.ensure([name])
-    addon_charts()
-    k8s_binaries.prometheus_operator_manifests()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
+        roots = background.submit(prepare_roots)
+        # The lab's own binaries first, one lock at a time: a lab test that needs them then
+        # either finds them built or takes the lock between two builds, never waits on ours.
+        lab_first = [name for name in k8s_binaries.BINARIES if name not in KIND_BINARIES]
+        for name in lab_first:
+            k8s_binaries.ensure([name])
+        # The release the lab deploys, then the older line (the upgrade test's).
+        for version in sorted(
+            k8s_binaries.SLINKY_VERSIONS, key=lambda v: v != k8s_binaries.LAB_SLINKY_VERSION
+        ):
+            k8s_binaries.ensure_slinky([version])
+        for name in KIND_BINARIES:
+            k8s_binaries.ensure([name])
+        addon_charts()
+        k8s_binaries.prometheus_operator_manifests()
+        roots.result()  # its error, if any, is this one's
     with build_lock():
-        for root in (bookworm_base, slurm_root, node_root, prometheus_root):
+        node_root()
+    return time.monotonic() - started
+
+
+def prepare_roots() -> None:
+    """The root filesystems that need no Go binary, then node_prep's Debian hosts."""
+    started = time.monotonic()
+    with build_lock():
+        for root in (bookworm_base, slurm_root, prometheus_root):
             root()
         # The Debian 12 and 13 hosts of the bare-metal preflight test; node_hosts builds on
         # this module, hence the late import.
@@ -800,7 +819,9 @@ def prepare() -> float:
 
         for suite in node_hosts.SUITES:
             node_hosts.host_root(suite)
-    return time.monotonic() - started
+    log(
+        f"root filesystems (but the kind node's) ready in {k8s_binaries.format_duration(time.monotonic() - started)}"
+    )
 
 
 def build_lock() -> contextlib.AbstractContextManager[None]:
