@@ -11,11 +11,13 @@ are 32-CPU, 256 GiB nodes to Kubernetes; their slurmd runs on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import typing as t
+from collections.abc import Iterator
 
 import pytest
 from ansible_runner import run_task
-from handover_pool import LENDABLE, POLICY, Pool
+from handover_pool import LENDABLE, MERGE, POLICY, Pool
 from slurm_pods import REST_ADDRESS
 from toolbox import wait_until
 
@@ -23,6 +25,8 @@ pytest_plugins = ["k8s_fixtures", "handover_pool"]
 pytestmark = pytest.mark.integration
 
 DEMAND = {**POLICY, "lend_when": "demand"}
+# The lendable NodeSet the slurm_cluster role made of the lab's interactive pool.
+INTERACTIVE = "/apis/slinky.slurm.net/v1beta1/namespaces/slurm/nodesets/slurm-worker-interactive"
 
 
 def plan(pool: Pool, **policy: t.Any) -> t.Any:
@@ -53,6 +57,32 @@ def journals(pool: Pool) -> dict[str, str]:
     return {name: pool.journal(name)["state"] for name in LENDABLE}
 
 
+@contextlib.contextmanager
+def slurmd_limits(pool: Pool, limits: dict[str, str]) -> Iterator[None]:
+    """The interactive NodeSet's slurmd container limited to `limits` (what Slinky hands
+    slurmd as POD_CPUS and POD_MEMORY), then put back as the role made it. Only the
+    NodeSet object changes: with no node lent it has no pod to roll, and the next Helm
+    upgrade finds it as it left it."""
+    slurmd = pool.lab.get(INTERACTIVE)["spec"].get("slurmd") or {}
+    status, body = pool.lab.request(
+        "PATCH",
+        INTERACTIVE,
+        {"spec": {"slurmd": {"resources": {"limits": limits}}}},
+        content_type=MERGE,
+    )
+    assert status == 200, body
+    try:
+        yield
+    finally:
+        # Back as it was: no resources, or those it had (a merge patch drops a null).
+        was = slurmd.get("resources")
+        back = None if was is None else {**was, "limits": was.get("limits")}
+        status, body = pool.lab.request(
+            "PATCH", INTERACTIVE, {"spec": {"slurmd": {"resources": back}}}, content_type=MERGE
+        )
+        assert status == 200, body
+
+
 def test_nothing_is_lent_for_an_empty_queue_nor_for_jobs_a_lent_node_would_not_start(
     clean_pool: Pool,
 ) -> None:
@@ -77,9 +107,10 @@ def test_nothing_is_lent_for_an_empty_queue_nor_for_jobs_a_lent_node_would_not_s
     assert demand["pending_jobs"] == 5
     assert demand["fitting_jobs"] == 0
     skipped = {row["reason"]: row["examples"] for row in demand["skipped"]}
+    # 64 CPUs and, at DefMemPerCPU 8192 MiB, 512 GiB of a 32-CPU, 256 GiB node.
     assert skipped == {
         "held": [held],
-        "asks more of a node than any pool node has": [too_wide],
+        "asks more than a pool node has: CPUs 64 > 32, memory 524288 MiB > 262144 MiB": [too_wide],
         "time limit over backfill's MaxTime": [too_long],
         "time limit over the 60 s grace, and not requeue-able": [not_requeueable],
         "waits on a dependency": [after_held],
@@ -147,3 +178,35 @@ def test_as_many_nodes_as_the_waiting_jobs_need_are_lent_and_given_back_when_idl
     run = pool.playbook("rebalance", handover_policy=returning)
     assert not run.failed, run.failures()
     assert journals(pool) == {"int01": "free", "int02": "free"}
+
+
+def test_a_job_within_the_nodes_allocatable_but_over_slurmds_limits_is_not_lent_for(
+    clean_pool: Pool,
+) -> None:
+    """int01 and int02 have 32 CPUs allocatable; with the interactive NodeSet's slurmd
+    limited to 8, Slurm would get 8 CPUs of a lent node (POD_CPUS: the image's entrypoint
+    reserves the rest with CoreSpecCount), so a 16-CPU job would wait there for ever:
+    nothing is lent for it, and the plan says why."""
+    pool = clean_pool
+    between = pool.queue(cpus_per_task=16, time_limit={"set": True, "number": 10})
+    with slurmd_limits(pool, {"cpu": "8"}):
+        result = plan(pool)
+        assert result["lend"] == [] and result["reclaim"] == []
+        demand = result["slurm_demand"]
+        assert (demand["pending_jobs"], demand["fitting_jobs"]) == (1, 0)
+        assert demand["skipped"] == [
+            {
+                "reason": "asks more than a pool node has: CPUs 16 > 8",
+                "jobs": 1,
+                "examples": [between],
+            }
+        ]
+        assert reasons(result)["int01"] == "free; no job waiting in Slurm needs it"
+        # A run (which reads the NodeSets for its check and its plan) lends nothing either.
+        run = pool.playbook("rebalance", handover_policy=DEMAND)
+        assert not run.failed, run.failures()
+        assert journals(pool) == {"int01": "free", "int02": "free"}
+    # Without the limit the job fits a node: the limit was the reason.
+    result = plan(pool)
+    assert [d["reason"] for d in result["lend"]] == [f"for pending job(s) {between} of Slurm"]
+    assert result["slurm_demand"]["skipped"] == []
