@@ -4,15 +4,18 @@
 Most of the suite waits on daemons (slurmctld, the apiserver, kubelets in kind), so one
 pytest process leaves a core idle. After the set-up, three lanes start together:
 
-* the checks: lint, sanity and the build checks (one make), log in .build/test-logs/;
+* the checks: lint, sanity and the build checks (one make, at the lowest priority: nothing
+  waits on them), log in .build/test-logs/;
 * the Slurm lab and the kind scenarios (a pytest process of their own, log in
   .build/test-logs/): they share nothing with the Kubernetes lab;
 * the unit tests, the Kubernetes lab (kwok) and the node_prep hosts, on this terminal: the
   node_prep hosts' Nodes live in the Kubernetes lab.
 
 The kind scenarios and node_prep share dockerd (tests/integration/docker_fixtures.py). As
-root, the lab's and kind's Go builds and root filesystems start first, in the background at
-the lowest priority (log: .kind/prepare.log); the tests that need them wait on their locks.
+root, the lab's and kind's Go builds and root filesystems start first, in the background
+(log: .kind/prepare.log); the tests that need them wait on their locks. The lab's binaries,
+which the Kubernetes tests wait for on a cold machine, build first in line; kind's, behind
+those tests at the lowest priority, and the root filesystems beside the Go builds.
 The logs of the other lanes follow this lane's summary; the exit status is non-zero when any
 lane failed. Nothing is killed: a debootstrap stopped halfway leaves its mounts behind, so
 the run waits for every lane and the builds, whatever happened.
@@ -82,7 +85,7 @@ def main() -> int:
         say(f"the lab's and kind's builds, in the background (log: {rel(PREPARE_LOG)})")
         with PREPARE_LOG.open("wb") as log:
             prepare = subprocess.Popen(
-                ["nice", "-n", "19", sys.executable, "tests/lab/kind_images.py", "prepare"],
+                [sys.executable, "tests/lab/kind_images.py", "prepare", "--nice-after-lab", "19"],
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -97,7 +100,11 @@ def main() -> int:
     if setup.returncode == 0:
         pytest = [str(REPO / ".venv/bin/pytest"), "--durations=25"]
         lanes = [
-            Lane("lint, sanity and the build checks", [*make, *CHECKS], LOGS / "checks.log"),
+            Lane(
+                "lint, sanity and the build checks",
+                ["nice", "-n", "19", *make, *CHECKS],
+                LOGS / "checks.log",
+            ),
             Lane(
                 "the Slurm lab and the kind scenarios",
                 [*pytest, f"--phases={SIDE_PHASES}", "tests/integration"],

@@ -46,6 +46,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -773,7 +774,7 @@ KIND_BINARIES = (
 )
 
 
-def prepare() -> float:
+def prepare(nice_after_lab: int = 0) -> float:
     """Everything that needs no dockerd: the Go builds and the root filesystems; seconds taken.
 
     `make test` runs this in the background while the lab tests run (see
@@ -783,6 +784,11 @@ def prepare() -> float:
     the order of what waits on them: the lab's binaries and operators (the Kubernetes tests),
     then kind's. The roots that need no Go binary come first (node_prep's hosts among them);
     the kind node's root, which carries the kubelet, last.
+
+    nice_after_lab: the niceness the builds take once the lab's are done (`make test` runs
+    the lab's builds first in line, as the Kubernetes tests wait on them, and kind's behind
+    those tests). The roots, which wait on the network more than on the CPU, yield from the
+    start. (On Linux, a thread's niceness is its own and its children's.)
     """
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
@@ -797,6 +803,7 @@ def prepare() -> float:
             k8s_binaries.SLINKY_VERSIONS, key=lambda v: v != k8s_binaries.LAB_SLINKY_VERSION
         ):
             k8s_binaries.ensure_slinky([version])
+        os.nice(nice_after_lab)
         for name in KIND_BINARIES:
             k8s_binaries.ensure([name])
         addon_charts()
@@ -810,6 +817,7 @@ def prepare() -> float:
 def prepare_roots() -> None:
     """The root filesystems that need no Go binary, then node_prep's Debian hosts."""
     started = time.monotonic()
+    os.nice(19)
     with build_lock():
         for root in (bookworm_base, slurm_root, prometheus_root):
             root()
@@ -853,7 +861,8 @@ def ensure(keys: Sequence[str] | None = None) -> dict[str, str]:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """One command of the CLI; its exit code."""
     if args.command == "prepare":
-        log(f"binaries and root filesystems ready in {k8s_binaries.format_duration(prepare())}")
+        took = prepare(args.nice_after_lab)
+        log(f"binaries and root filesystems ready in {k8s_binaries.format_duration(took)}")
         return 0
     if args.command == "build":
         refs = ensure(args.only)
@@ -892,6 +901,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=("prepare", "build", "list", "push"))
     parser.add_argument("registry", nargs="?", help="push: the mirror, e.g. registry.site:5000")
     parser.add_argument("--only", action="append", help="build: just this image (repeatable)")
+    parser.add_argument(
+        "--nice-after-lab",
+        type=int,
+        default=0,
+        help="prepare: the niceness of the builds once the lab's binaries are built",
+    )
     args = parser.parse_args(argv)
     return run_cli("kind_images", lambda: run(args, parser))
 
