@@ -128,7 +128,12 @@ slurm_demand:
       type: list
       elements: int
     skipped:
-      description: Pending jobs lending would not start, counted per reason, with a few job ids each.
+      description:
+        - Pending jobs lending would not start, counted per reason, with a few job ids each.
+        - A job no pool node holds, in the CPUs, memory and GPUs Slurm has of a lent node
+          (its record) or will have (the lendable NodeSet's slurmd limits, within the
+          Node's allocatable), and a job Slurm holds as C(BadConstraints), have the reason
+          C(asks more than a pool node has) with what it exceeds (C(CPUs 64 > 32)).
       type: list
       elements: dict
   sample:
@@ -138,7 +143,9 @@ slurm_demand:
     lent_nodes_used: []
     unplaced_count: 0
     unplaced_jobs: []
-    skipped: [{reason: held, jobs: 2, examples: [41, 42]}]
+    skipped:
+      - {reason: held, jobs: 2, examples: [41, 42]}
+      - {reason: "asks more than a pool node has: CPUs 64 > 32", jobs: 1, examples: [43]}
 orphans:
   description:
     - Slurm nodes of the lendable NodeSets with no Kubernetes Node (it was deleted while lent),

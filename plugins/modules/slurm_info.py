@@ -140,6 +140,8 @@ nodes:
     - The nodes. C(state) is the base state and C(state_flags) the flags (C(DRAIN),
       C(DYNAMIC_NORM)...); C(drain_state) is V(draining), V(drained) or null. Numbers that
       Slurm leaves unset are null; unlimited ones are the string V(infinite).
+    - C(effective_cpus) are the CPUs jobs may use (C(cpus) less those C(CoreSpecCount)
+      reserves); C(specialized_memory) is the MiB C(MemSpecLimit) keeps from jobs.
   returned: when O(gather) has V(nodes)
   type: list
   elements: dict
