@@ -101,6 +101,85 @@ class HandoverResult:
     REMOVED: t.Final = "removed"  # an orphan whose Slurm record is gone
 
 
+class Condition:
+    """A disagreement in a node's evidence (journal, lend label, taint, slurmd pod, Slurm's
+    record and its jobs, application pods): the node's owner is not the one the protocol
+    promises, or not known (docs/handover.md: Conditions and their resolutions)."""
+
+    # A Slurm job and an application pod on one node: the emergency.
+    SLURM_AND_APPS: t.Final = "slurm_and_apps"
+    # An application pod beside slurmd (no job yet): Slurm may start one at any time.
+    APPS_BESIDE_SLURMD: t.Final = "apps_beside_slurmd"
+    # The journal says lent, but the NodeSet no longer selects the node.
+    JOURNAL_LENT_NO_LABEL: t.Final = "journal_lent_no_label"
+    # The journal says lent, but nothing keeps application pods off the node.
+    JOURNAL_LENT_NO_TAINT: t.Final = "journal_lent_no_taint"
+    # The journal says lent, but Slurm keeps the node drained by an earlier reclaim or an
+    # orphan's clean-up of ours (the Node was deleted and restored with its journal).
+    JOURNAL_LENT_DRAINED_BY_US: t.Final = "journal_lent_drained_by_us"
+    # The journal says lent, but the Slinky operator drained the node for its own reasons
+    # (a slurmd pod cordoned or pending termination for scale-in).
+    DRAINED_BY_OPERATOR: t.Final = "drained_by_operator"
+    # No journal, but the lend label, slurmd and its registration: a lend whose record was
+    # lost (a Node that came back with its labels but not our annotation).
+    SLURMD_WITHOUT_JOURNAL: t.Final = "slurmd_without_journal"
+    # No journal, but the lend label or taint of ours, and no slurmd that serves.
+    MARKS_WITHOUT_JOURNAL: t.Final = "marks_without_journal"
+    # A Slurm record of a lendable NodeSet that its Node, free and without slurmd, does not
+    # stand for (docs/handover.md: orphans).
+    ORPHAN_RECORD: t.Final = "orphan_record"
+    # Our marks on a node that no longer matches pool_selector, or matches never_touch_selector.
+    LEFT_THE_POOL: t.Final = "left_the_pool"
+    # An annotation that is no journal.
+    JOURNAL_CORRUPT: t.Final = "journal_corrupt"
+
+
+CONDITIONS = (
+    Condition.SLURM_AND_APPS,
+    Condition.APPS_BESIDE_SLURMD,
+    Condition.JOURNAL_LENT_NO_LABEL,
+    Condition.JOURNAL_LENT_NO_TAINT,
+    Condition.JOURNAL_LENT_DRAINED_BY_US,
+    Condition.DRAINED_BY_OPERATOR,
+    Condition.SLURMD_WITHOUT_JOURNAL,
+    Condition.MARKS_WITHOUT_JOURNAL,
+    Condition.ORPHAN_RECORD,
+    Condition.LEFT_THE_POOL,
+    Condition.JOURNAL_CORRUPT,
+)
+# Resolved in the run that sees them, whatever max_changes_per_run leaves.
+EMERGENCIES = (Condition.SLURM_AND_APPS,)
+
+
+class Resolution:
+    """What a run does about a node's evidence: one per condition and policy."""
+
+    # Finish the handover the journal records (lending or reclaiming): the protocol's own
+    # in-flight states, not a disagreement.
+    RESUME: t.Final = "resume"
+    # Finish the lend the evidence shows: journal `lending` and the taint in one patch, then
+    # slurmd's registration awaited and the journal `lent`.
+    LEND: t.Final = "lend"
+    # Give the node back: the taint on again first (no further application pod lands), then
+    # the reclaim's steps under the partition's grace and escalation.
+    RECLAIM: t.Final = "reclaim"
+    # The orphaned Slurm record drained, its jobs given the grace, then removed.
+    CLEAN_ORPHAN: t.Final = "clean_orphan"
+    # The protocol does not guess: a person acts, as the line says.
+    PERSON: t.Final = "person"
+
+
+RESOLUTIONS = (
+    Resolution.RESUME,
+    Resolution.LEND,
+    Resolution.RECLAIM,
+    Resolution.CLEAN_ORPHAN,
+    Resolution.PERSON,
+)
+# A run acts on these itself (person: nobody does until a person does).
+RUN_RESOLUTIONS = (Resolution.RESUME, Resolution.LEND, Resolution.RECLAIM, Resolution.CLEAN_ORPHAN)
+
+
 # The steps of a lend and of a reclaim, in their order.
 LEND_STEPS = ("taint", "recheck", "label", "registered")
 RECLAIM_STEPS = (

@@ -15,6 +15,11 @@ Rules, in order:
 
 * nodes outside the pool, or matching the never-touch selector, are never planned;
 * a node in ``lending`` or ``reclaiming`` is resumed before anything else is decided;
+* a node whose evidence disagrees (``reconcile``: journal, lend label, taint, slurmd,
+  Slurm's record and jobs, application pods) gets its condition's resolution next: the lend
+  the evidence shows finished, or the node given back under its partition's grace; an
+  emergency (a Slurm job beside an application pod) in the run that sees it, the others
+  within ``max_changes_per_run``;
 * demand is the number of pool nodes the pending application pods need (first-fit on the
   smallest pool node), plus the headroom of free nodes the site keeps for applications;
 * if fewer free idle nodes exist than that, lent nodes are reclaimed, cheapest first
@@ -46,11 +51,20 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.demand imp
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     UNDER_WAY,
+    AdminDrainPolicy,
+    Condition,
     EscalationPolicy,
     JournalState,
     LendWhen,
     Policy,
+    Resolution,
     matches,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reconcile import (
+    Reconciled,
+    SlurmRecord,
+    condition_line,
+    reconcile,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
@@ -68,6 +82,26 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Mend:
+    """A node whose evidence disagrees, and what this run does about it (lend or reclaim)."""
+
+    node: str
+    condition: str  # one of model.Condition
+    action: str  # Resolution.LEND or Resolution.RECLAIM
+    reason: str  # the condition and its evidence, for the journal and the Event
+    emergency: bool = False
+
+    def as_dict(self) -> dict[str, t.Any]:
+        return {
+            "node": self.node,
+            "condition": self.condition,
+            "action": self.action,
+            "reason": self.reason,
+            "emergency": self.emergency,
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
     resume: tuple[Decision, ...]
     lend: tuple[Decision, ...]
@@ -80,6 +114,11 @@ class Plan:
     lent: int
     # Slurm's side (demand.Placement.as_dict), when the plan read the queue.
     slurm_demand: Mapping[str, t.Any] | None = None
+    # Nodes whose evidence disagrees that this run resolves, after `resume` and before
+    # everything else.
+    reconcile: tuple[Mend, ...] = ()
+    # Every node with a condition (reconcile.Reconciled), whatever happens to it.
+    conditions: tuple[Reconciled, ...] = ()
 
     def as_dict(self) -> dict[str, t.Any]:
         def rows(decisions: tuple[Decision, ...]) -> list[dict[str, str]]:
@@ -95,6 +134,8 @@ class Plan:
             "free_idle": self.free_idle,
             "lent": self.lent,
             "slurm_demand": dict(self.slurm_demand) if self.slurm_demand is not None else None,
+            "reconcile": [mend.as_dict() for mend in self.reconcile],
+            "conditions": [item.as_dict() for item in self.conditions],
         }
 
 
@@ -148,26 +189,51 @@ def reclaim_cost(slurm: SlurmNodeView | None, policy: Policy) -> tuple[t.Any, ..
     return (int(waits), int(busy), max(ends, default=0.0), len(slurm.jobs))
 
 
+# Why a node that left the pool with our marks on it is not planned.
+LEFT_THE_POOL = "left the pool with our marks on it: reclaim it by name"
+
+
 def _classify(
-    nodes: Sequence[NodeView], policy: Policy
-) -> tuple[list[Decision], list[Decision], list[NodeView]]:
-    """(left alone, to resume, pool nodes free or lent), each sorted by name."""
+    nodes: Sequence[NodeView], policy: Policy, reconciled: Mapping[str, Reconciled]
+) -> tuple[list[Decision], list[Decision], list[Mend], list[NodeView]]:
+    """(left alone, to resume, to reconcile, pool nodes free or lent), each sorted by name
+    (those to reconcile: emergencies first)."""
     left_alone: list[Decision] = []
     resume: list[Decision] = []
+    mend: list[Mend] = []
     pool: list[NodeView] = []
     for node in sorted(nodes, key=lambda n: n.name):
-        if not matches(node.labels, policy.pool_selector):
-            left_alone.append(Decision(node.name, "not in the lendable pool"))
+        item = reconciled.get(node.name)
+        condition = item.condition if item else ""
+        left = condition == Condition.LEFT_THE_POOL
+        if item and item.resolution in (Resolution.LEND, Resolution.RECLAIM):
+            mend.append(
+                Mend(
+                    node.name,
+                    condition,
+                    item.resolution,
+                    f"{condition}: {item.evidence.text()}",
+                    item.emergency,
+                )
+            )
+        elif not matches(node.labels, policy.pool_selector):
+            left_alone.append(
+                Decision(node.name, LEFT_THE_POOL if left else "not in the lendable pool")
+            )
         elif policy.never_touch_selector and matches(node.labels, policy.never_touch_selector):
-            left_alone.append(Decision(node.name, "never-touch"))
+            left_alone.append(
+                Decision(node.name, f"never-touch; {LEFT_THE_POOL}" if left else "never-touch")
+            )
         elif node.journal.state == JournalState.CORRUPT:
             left_alone.append(Decision(node.name, f"journal unreadable: {node.journal.reason}"))
         elif node.journal.state in (JournalState.LENDING, JournalState.RECLAIMING):
             op = node.journal.op or "?"
-            resume.append(Decision(node.name, f"finish the {node.journal.state} of op {op}"))
+            why = f"finish the {node.journal.state} of op {op}"
+            resume.append(Decision(node.name, f"{why} ({condition})" if condition else why))
         else:
             pool.append(node)
-    return left_alone, resume, pool
+    mend.sort(key=lambda m: (not m.emergency, m.node))
+    return left_alone, resume, mend, pool
 
 
 def pending_demand(pods: Sequence[PodView], policy: Policy) -> list[PodView]:
@@ -205,22 +271,51 @@ def plan(
     policy: Policy,
     now: float,
     queue: SlurmQueue | None = None,
+    *,
+    markers: HandoverMarkers | None = None,
+    lendable_features: Iterable[str] | None = None,
+    reconciled: Mapping[str, Reconciled] | None = None,
 ) -> Plan:
     """What one rebalance run does; see the module docstring for the rules. `queue` is
-    Slurm's side: without it, ``lend_when: demand`` lends nothing."""
+    Slurm's side: without it, ``lend_when: demand`` lends nothing. `markers` name the lend
+    label and taint the Nodes' views are read for (None: views without them, where the
+    journal stands for them); `reconciled` is what ``reconcile`` found, when the caller has
+    it already."""
     policy.check()
+    if reconciled is None:
+        reconciled = reconcile(
+            nodes,
+            pods,
+            slurm_nodes,
+            policy,
+            markers or HandoverMarkers(),
+            lendable_features,
+            marks_known=markers is not None,
+        )
     busy: dict[str, int] = {}
     for pod in pods:
         if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
             busy[pod.node] = busy.get(pod.node, 0) + 1
-    left_alone, resume, pool = _classify(nodes, policy)
+    left_alone, resume, mend, pool = _classify(nodes, policy, reconciled)
+    # Emergencies in the run that sees them; the other conditions as resumes are, within
+    # max_changes_per_run.
+    urgent = sum(1 for m in mend if m.emergency)
+    room_to_mend = urgent + max(policy.max_changes_per_run - len(resume) - urgent, 0)
+    left_alone += [
+        Decision(
+            m.node, f"{m.condition}: its {m.action} waits for a later run (max_changes_per_run)"
+        )
+        for m in mend[room_to_mend:]
+    ]
+    under_way = len(resume) + len(mend)
+    mend = mend[:room_to_mend]
     lent = [n for n in pool if n.journal.state == JournalState.LENT]
     free = [n for n in pool if n.journal.state == JournalState.FREE]
     free_idle = [n for n in free if busy.get(n.name, 0) == 0 and n.ready and not n.unschedulable]
     pending = pending_demand(pods, policy)
-    demand = application_demand(pending, pool, len(resume))
+    demand = application_demand(pending, pool, under_way)
     wanted_free = demand + policy.headroom
-    budget = max(policy.max_changes_per_run - len(resume), 0)
+    budget = max(policy.max_changes_per_run - len(resume) - len(mend), 0)
 
     lend: list[Decision] = []
     reclaim: list[Decision] = []
@@ -239,7 +334,7 @@ def plan(
         room = lend_room(
             pool=len(pool),
             lent=len(lent),
-            under_way=len(resume),
+            under_way=under_way,
             free_idle=len(free_idle),
             wanted_free=wanted_free,
             policy=policy,
@@ -286,6 +381,8 @@ def plan(
         free_idle=len(free_idle),
         lent=len(lent),
         slurm_demand=slurm_demand,
+        reconcile=tuple(mend),
+        conditions=tuple(item for _name, item in sorted(reconciled.items()) if item.condition),
     )
 
 
@@ -456,15 +553,21 @@ def status_rows(
     slurm_nodes: Mapping[str, SlurmNodeView],
     policy: Policy,
     now: float,
+    reconciled: Mapping[str, Reconciled] | None = None,
 ) -> list[dict[str, t.Any]]:
-    """One row per pool node: its Kubernetes, journal and Slurm state, for status.yml."""
+    """One row per pool node, and per node that left the pool with our marks on it (its
+    `in_pool` false): its Kubernetes, journal and Slurm state and its condition, for
+    status.yml."""
     app_pods: dict[str, int] = {}
     for pod in pods:
         if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
             app_pods[pod.node] = app_pods.get(pod.node, 0) + 1
+    reconciled = reconciled or {}
     rows = []
     for node in sorted(nodes, key=lambda n: n.name):
-        if not matches(node.labels, policy.pool_selector):
+        item = reconciled.get(node.name)
+        in_pool = matches(node.labels, policy.pool_selector)
+        if not in_pool and not (item and item.evidence.marked):
             continue
         journal = node.journal
         slurm = slurm_nodes.get(node.name)
@@ -491,6 +594,19 @@ def status_rows(
                 "slurm": "+".join(sorted(slurm.states - {""})) if slurm else "",
                 "jobs": [job.job_id for job in slurm.jobs] if slurm else [],
                 "admin_drain": journal.admin_drain or admin_drain_of(slurm),
+                "in_pool": in_pool,
+                "condition": item.condition if item else "",
+                "resolution": item.resolution if item else "",
+                "emergency": bool(item and item.emergency),
+                "lend_label": bool(item and item.evidence.label),
+                "taint": bool(item and item.evidence.taint),
+                "slurmd": bool(item and item.evidence.slurmd),
+                # The Slinky operator's own drain ("slurm-operator: Pod ... scale-in").
+                "operator_drain": slurm.reason
+                if slurm is not None
+                and item is not None
+                and item.evidence.slurm == SlurmRecord.DRAINED_OPERATOR
+                else "",
             }
         )
     return rows
@@ -603,8 +719,10 @@ def application_pods_on_lent_nodes(
             "pod": f"{pod.namespace}/{pod.name}",
             "node": pod.node,
             "journal": lent[pod.node],
+            # The node itself is reconciled (rebalance.yml gives it back); the workload is
+            # a person's to fix.
             "advice": "it tolerates the lent taint and shares the node with Slurm jobs: "
-            "remove that toleration from its workload, or reclaim the node",
+            "remove that toleration from its workload",
         }
         for pod in sorted(pods, key=lambda p: (p.namespace, p.name))
         if pod.node in lent
@@ -613,8 +731,17 @@ def application_pods_on_lent_nodes(
     ]
 
 
-def attention(orphaned: Sequence[Orphan], apps_on_lent: Sequence[Mapping[str, str]]) -> list[str]:
-    """One line per orphan and per application pod on a lent node, with what to do."""
+def attention(
+    orphaned: Sequence[Orphan],
+    apps_on_lent: Sequence[Mapping[str, str]],
+    conditions: Sequence[Reconciled] = (),
+    admin_drains: Sequence[Mapping[str, str]] = (),
+    markers: HandoverMarkers | None = None,
+) -> list[dict[str, str]]:
+    """What needs a clean-up or a person, one item per line: ``node``, ``condition`` (a
+    model.Condition, ``admin_drain`` or ``apps_on_lent_node``) and ``line`` (what was found
+    and what to do, or what a run does)."""
+    markers = markers or HandoverMarkers()
     todo = {
         OrphanAction.DRAIN: "rebalance.yml drains it, then removes its record once no job runs there",
         OrphanAction.WAIT: (
@@ -623,13 +750,72 @@ def attention(orphaned: Sequence[Orphan], apps_on_lent: Sequence[Mapping[str, st
         ),
         OrphanAction.REMOVE: "rebalance.yml removes its record",
     }
-    lines = [
-        f"orphaned Slurm node {orphan.node}: {orphan.reason}; {todo[orphan.action]}"
+    items = [
+        {
+            "node": orphan.node,
+            "condition": Condition.ORPHAN_RECORD,
+            "line": f"orphaned Slurm node {orphan.node}: {orphan.reason}; {todo[orphan.action]}",
+        }
         for orphan in orphaned
     ]
-    lines += [
-        f"application pod {app['pod']} runs on lent node {app['node']} ({app['journal']}): "
-        f"{app['advice']}"
+    items += [
+        {"node": item.node, "condition": item.condition, "line": condition_line(item, markers)}
+        for item in sorted(conditions, key=lambda i: (not i.emergency, i.node))
+        # An orphan's record has its own line above.
+        if item.condition and item.condition != Condition.ORPHAN_RECORD
+    ]
+    items += [
+        {
+            "node": app["node"],
+            "condition": "apps_on_lent_node",
+            "line": f"application pod {app['pod']} runs on lent node {app['node']} "
+            f"({app['journal']}): {app['advice']}",
+        }
         for app in apps_on_lent
     ]
-    return lines
+    items += [
+        {"node": drain["node"], "condition": "admin_drain", "line": drain["line"]}
+        for drain in admin_drains
+    ]
+    return items
+
+
+def admin_drains(
+    nodes: Sequence[NodeView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+) -> list[dict[str, str]]:
+    """Lent nodes somebody drained in Slurm, and nodes given back cordoned for such a drain,
+    each with what a person does (``node`` and ``line``)."""
+    found = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        journal = node.journal
+        reason = admin_drain_of(slurm_nodes.get(node.name))
+        if journal.state == JournalState.LENT and reason:
+            back = (
+                "cordoned, until a person uncordons it"
+                if policy.admin_drain == AdminDrainPolicy.CORDON
+                else "schedulable (admin_drain: return)"
+            )
+            found.append(
+                {
+                    "node": node.name,
+                    "line": f"lent node {node.name} was drained in Slurm by someone else "
+                    f"({reason!r}): Slurm starts no job there. Once the machine is fit, resume "
+                    f"it in Slurm (scontrol update nodename={node.name} state=resume); or give "
+                    "it back by name (reclaim.yml -e "
+                    f'\'{{"handover_nodes": ["{node.name}"]}}\'): the reclaim removes the '
+                    "Slurm record and its reason with it, keeps the reason in the Node's "
+                    f"journal (admin_drain) and a Warning Event, and gives the node back {back}",
+                }
+            )
+        elif journal.state == JournalState.FREE and journal.admin_drain and node.unschedulable:
+            found.append(
+                {
+                    "node": node.name,
+                    "line": f"node {node.name} came back cordoned: its Slurm node had been "
+                    f"drained by someone else ({journal.admin_drain!r}, kept in its journal); "
+                    f"uncordon it (kubectl uncordon {node.name}) once it is fit for applications",
+                }
+            )
+    return found

@@ -35,12 +35,14 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options im
     policy_partition_refusals,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import (
+    admin_drains,
     application_pods_on_lent_nodes,
     attention,
     orphans,
     plan,
     status_rows,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reconcile import reconcile
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
     HandoverMarkers,
     named_node_refusals,
@@ -102,11 +104,18 @@ def read_plan(
     nodeset_namespace: str | None,
     now: float,
     nodesets: Sequence[JSON] | None = None,
+    markers: HandoverMarkers | None = None,
+    check_partitions: Sequence[str] | None = None,
 ) -> JSON:
     """The pool, its pods and its Slurm nodes read once, and what handover_plan returns
-    from them: the plan, the status rows, the orphans and what needs attention. The
-    lendable NodeSets are listed unless given (a run's check read them already): their
-    keys name the lendable partitions, their slurmd limits what a lent node gives Slurm."""
+    from them: the plan, each node's evidence reconciled (reconcile.py), the status rows,
+    the orphans and what needs attention. The lendable NodeSets are listed unless given (a
+    run's check read them already): their keys name the lendable partitions, their slurmd
+    limits what a lent node gives Slurm. `markers` name the lend label, the taint and the
+    drain reasons (default: the lend label given, the rest the defaults);
+    `check_partitions` are the policy's partitions to check against the cluster as a run
+    checks them, into ``refusals`` (None: not checked)."""
+    markers = markers or _markers_of(journal_annotation, lend_label)
     nodes = [node_view(obj, journal_annotation) for obj in list_objects(client, "v1", "Node")]
     pods = [pod_view(obj) for obj in list_objects(client, "v1", "Pod")]
     if nodesets is None:
@@ -116,14 +125,37 @@ def read_plan(
     raw_slurm_nodes = slurm.nodes()
     queue = with_node_shapes(queue, raw_slurm_nodes, nodesets, lend_label)
     slurm_nodes = slurm_node_views(raw_slurm_nodes, running, job_node_names)
-    result: JSON = plan(nodes, pods, slurm_nodes, policy, now, queue).as_dict()
-    result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now)
+    reconciled = reconcile(nodes, pods, slurm_nodes, policy, markers, features)
+    planned = plan(nodes, pods, slurm_nodes, policy, now, queue, reconciled=reconciled)
+    result: JSON = planned.as_dict()
+    result["refusals"] = (
+        policy_partition_refusals(list(check_partitions), slurm.partitions(), features)
+        if check_partitions is not None
+        else []
+    )
+    result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now, reconciled)
     orphaned = orphans(nodes, slurm_nodes, features, pods)
     apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
     result["orphans"] = [orphan.as_dict() for orphan in orphaned]
     result["apps_on_lent_nodes"] = apps_on_lent
-    result["attention"] = attention(orphaned, apps_on_lent)
+    items = attention(
+        orphaned,
+        apps_on_lent,
+        planned.conditions,
+        admin_drains(nodes, slurm_nodes, policy),
+        markers,
+    )
+    result["attention_items"] = items
+    result["attention"] = [item["line"] for item in items]
     return result
+
+
+def _markers_of(journal_annotation: str, lend_label: Mapping[str, t.Any]) -> HandoverMarkers:
+    """The markers of a read that was given only the journal annotation and the lend label."""
+    ((key, value),) = dict(lend_label).items()
+    return HandoverMarkers(
+        journal_annotation=journal_annotation, lend_label=str(key), lend_label_value=str(value)
+    )
 
 
 def with_node_shapes(

@@ -39,6 +39,7 @@ class NodeView:
     cpu_m: int = 0  # allocatable millicores
     memory_b: int = 0  # allocatable bytes
     gpus: int = 0  # allocatable nvidia.com/gpu
+    taints: frozenset[tuple[str, str]] = frozenset()  # (key, effect) of each taint
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,10 @@ def node_view(obj: Mapping[str, t.Any], journal_annotation: str) -> NodeView:
         cpu_m=quantity(allocatable.get("cpu"), 1e-3),
         memory_b=quantity(allocatable.get("memory")),
         gpus=quantity(allocatable.get(GPU_RESOURCE)),
+        taints=frozenset(
+            (str(taint.get("key", "")), str(taint.get("effect", "")))
+            for taint in spec.get("taints") or []
+        ),
     )
 
 

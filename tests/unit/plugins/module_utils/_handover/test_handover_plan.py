@@ -294,12 +294,15 @@ def test_properties(
     nodes, pods, slurm, policy = cluster
     result = plan(nodes, pods, slurm, policy, NOW)
     by_name = {n.name: n for n in nodes}
-    acted = names(result.lend) + names(result.reclaim) + names(result.resume)
+    mended = names(result.reconcile)
+    acted = names(result.lend) + names(result.reclaim) + names(result.resume) + mended
 
-    # Never a never-touch node, never one outside the pool.
+    # Never a never-touch node, never one outside the pool: except a node that left the
+    # pool with a Slurm job beside an application pod (an emergency, given back).
+    urgent_names = {m.node for m in result.reconcile if m.emergency}
     for name in acted:
         labels = by_name[name].labels
-        assert labels.get("hpcops.io/pool") == "interactive"
+        assert labels.get("hpcops.io/pool") == "interactive" or name in urgent_names
         assert labels.get("hpcops.io/never-touch") != "true"
     # One action per node, and lend and reclaim never in the same run.
     assert len(acted) == len(set(acted))
@@ -310,7 +313,11 @@ def test_properties(
         assert result.free_idle - len(result.lend) >= wanted
     # Never more reclaimed than the shortfall, nor more changes than the policy allows.
     assert len(result.reclaim) <= max(wanted - result.free_idle, 0)
-    assert len(acted) <= max(policy.max_changes_per_run, len(result.resume))
+    urgent = len([m for m in result.reconcile if m.emergency])
+    assert len(acted) <= max(policy.max_changes_per_run, len(result.resume) + urgent)
+    # A node whose evidence disagrees is never lent or reclaimed by the plan's own rules,
+    # and nothing is lent while an emergency waits for its run.
+    assert not set(mended) & set(names(result.lend) + names(result.reclaim))
     # Only lent nodes are reclaimed, only free ones lent.
     assert all(by_name[n].journal.state == "lent" for n in names(result.reclaim))
     assert all(by_name[n].journal.state == "free" for n in names(result.lend))
