@@ -55,7 +55,7 @@ for path in (
     sys.path.insert(0, str(path))
 
 from _common import figure, maximum, mean, median, percentile, ratio, table, within  # noqa: E402
-from handover_pool import APPS, LENDABLE, POLICY, Pool  # noqa: E402
+from handover_pool import APPS, LENDABLE, POLICY, Pool, keyed_pool  # noqa: E402
 from handover_reclaim import deployed_lab  # noqa: E402
 from slurm_pods import SlinkyRest  # noqa: E402
 from test_handover_events import (  # noqa: E402
@@ -326,15 +326,8 @@ def main() -> int:
     if lab is None:
         return 2
     rest = SlinkyRest.of_cluster(lab)
-    with tempfile.TemporaryDirectory(prefix="bench-key-") as keydir:
-        key = Path(keydir) / "jwt.key"
-        key.write_bytes(rest.jwt_key)
-        key.chmod(0o600)
-        lab.apply(
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS}},
-        )
-        pool = Pool(lab, rest, key)
+    with tempfile.TemporaryDirectory(prefix="bench-key-") as keydir:  # 0700, removed at the end
+        pool = keyed_pool(lab, rest, Path(keydir))
         pool.reset()
         if args.jobs:
             jobs_main(pool, args)

@@ -341,15 +341,22 @@ class Pool:
 
 
 @pytest.fixture(scope="module")
-def pool(slinky_site: K8sLab, slinky_slurm: SlinkyRest, tmp_path_factory: t.Any) -> Iterator[Pool]:
-    key = tmp_path_factory.mktemp("handover") / "jwt.key"
-    key.write_bytes(slinky_slurm.jwt_key)
+def pool(slinky_site: K8sLab, slinky_slurm: SlinkyRest, secret_dirs: t.Any) -> Iterator[Pool]:
+    with secret_dirs("handover") as keys:  # the key goes with the fixture (tests/conftest.py)
+        yield keyed_pool(slinky_site, slinky_slurm, keys)
+
+
+def keyed_pool(lab: K8sLab, rest: SlinkyRest, keys: Path) -> Pool:
+    """The pool, its runs minting tokens from the cluster's JWT key written into `keys` (a
+    secret_dir, so the key goes with it), and the applications' namespace made."""
+    key = keys / "jwt.key"
+    key.write_bytes(rest.jwt_key)
     key.chmod(0o600)
-    slinky_site.apply(
+    lab.apply(
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS}},
     )
-    yield Pool(slinky_site, slinky_slurm, key)
+    return Pool(lab, rest, key)
 
 
 @pytest.fixture

@@ -287,11 +287,11 @@ class Rulebook:
 
 
 @pytest.fixture
-def rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebook]:
+def rulebook(evented: Pool, clean_pool: Pool, secret_dir: Path) -> Iterator[Rulebook]:
     """The rulebook running for one test, on a clean pool; stopped before the pool is
     cleaned again (so it does not lend what the cleaning reclaims)."""
     slurm_token(evented.lab)
-    running = Rulebook.as_the_deployment(clean_pool, tmp_path)
+    running = Rulebook.as_the_deployment(clean_pool, secret_dir)  # its token goes after
     yield running
     running.stop_between_runs()
 
@@ -461,14 +461,14 @@ def test_a_watch_the_apiserver_no_longer_has_lists_again_and_stops_at_once(pool:
 
 
 @pytest.fixture
-def demand_rulebook(evented: Pool, clean_pool: Pool, tmp_path: Path) -> Iterator[Rulebook]:
+def demand_rulebook(evented: Pool, clean_pool: Pool, secret_dir: Path) -> Iterator[Rulebook]:
     """The role applied again with lend_when demand, and its rulebook running; afterwards
     stopped, and the role as the other tests have it."""
     run = evented.playbook("schedule", **DEMAND_EVENTS)
     assert not run.failed, run.failures()
     try:
         slurm_token(evented.lab)
-        running = Rulebook.as_the_deployment(clean_pool, tmp_path)
+        running = Rulebook.as_the_deployment(clean_pool, secret_dir)  # its token goes after
         try:
             yield running
         finally:

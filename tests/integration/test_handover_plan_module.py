@@ -29,9 +29,9 @@ MERGE = "application/merge-patch+json"
 
 @pytest.fixture
 def plan(
-    slinky_site: K8sLab, slinky_slurm: SlinkyRest, tmp_path: Path
+    slinky_site: K8sLab, slinky_slurm: SlinkyRest, secret_dir: Path
 ) -> t.Callable[..., dict[str, t.Any]]:
-    key = tmp_path / "jwt.key"
+    key = secret_dir / "jwt.key"
     key.write_bytes(slinky_slurm.jwt_key)
     key.chmod(0o600)
 

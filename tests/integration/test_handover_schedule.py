@@ -405,7 +405,7 @@ def account_may(
 
 
 def test_a_run_as_the_service_account_lends_reclaims_and_reports(
-    scheduled: Pool, clean_pool: Pool, pushgateway: str, tmp_path: Path
+    scheduled: Pool, clean_pool: Pool, pushgateway: str, tmp_path: Path, secret_dir: Path
 ) -> None:
     """What the CronJob's pod runs: rebalance.yml with the role's inventory and nothing but
     the ServiceAccount's RBAC and the Token's JWT."""
@@ -415,7 +415,7 @@ def test_a_run_as_the_service_account_lends_reclaims_and_reports(
     inventory.write_text(
         lab.get(f"/api/v1/namespaces/{NS}/configmaps/{NAME}-inventory")["data"]["inventory.yml"]
     )
-    kubeconfig = account_kubeconfig(lab, tmp_path / "kubeconfig")
+    kubeconfig = account_kubeconfig(lab, secret_dir / "kubeconfig")  # a token
     textfile = tmp_path / "hpcops_slinky_handover.prom"
 
     def scheduled_run() -> tuple[t.Any, dict[t.Any, float]]:
@@ -632,20 +632,23 @@ def management_host_applied(pool: Pool, settings: dict[str, t.Any]) -> Iterator[
         "ansible_become": False,  # the tests run as root; there is no sudo here
         **settings,
     }
-    paths["units"].mkdir()
-    (root / "lock").mkdir(mode=0o1777)
-    (root / "lock").chmod(0o1777)
-    run = pool.playbook("schedule", **extra)
-    assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
-    # The runs' kubeconfig: the ServiceAccount's, readable by the runs' user only.
-    account_kubeconfig(pool.lab, paths["kubeconfig"])
-    subprocess.run(["chown", f"{USER}:{USER}", str(paths["kubeconfig"])], check=True)
-    yield paths
-    run = pool.playbook("schedule", **{**extra, "handover_schedule_state": "absent"})
-    assert not run.failed, run.failures()
-    assert not list(paths["units"].iterdir())
-    subprocess.run(["userdel", USER], check=False)
-    shutil.rmtree(root)
+    # The scratch directory holds the runs' kubeconfig (a token): removed however this ends.
+    try:
+        paths["units"].mkdir()
+        (root / "lock").mkdir(mode=0o1777)
+        (root / "lock").chmod(0o1777)
+        run = pool.playbook("schedule", **extra)
+        assert not run.failed, f"{run.failures()}\n{run.output[-3000:]}"
+        # The runs' kubeconfig: the ServiceAccount's, readable by the runs' user only.
+        account_kubeconfig(pool.lab, paths["kubeconfig"])
+        subprocess.run(["chown", f"{USER}:{USER}", str(paths["kubeconfig"])], check=True)
+        yield paths
+        run = pool.playbook("schedule", **{**extra, "handover_schedule_state": "absent"})
+        assert not run.failed, run.failures()
+        assert not list(paths["units"].iterdir())
+    finally:
+        subprocess.run(["userdel", USER], check=False)
+        shutil.rmtree(root)
 
 
 @pytest.fixture(scope="module")

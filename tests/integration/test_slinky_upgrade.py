@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbook
-from handover_pool import APPS, LENDABLE, Pool
+from handover_pool import LENDABLE, Pool, keyed_pool
 from k8s_binaries import LAB_SLINKY_VERSION, PROXY_SLINKY_VERSION, slinky_operator
 from k8s_fixtures import wait_for_batch_nodes
 from slurm_pods import SlinkyRest
@@ -107,9 +107,7 @@ def slurm_answers_for(rest: SlinkyRest, names: tuple[str, ...]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def old_pool(
-    k8s_lab: t.Any, tmp_path_factory: t.Any, request: pytest.FixtureRequest
-) -> Iterator[Pool]:
+def old_pool(k8s_lab: t.Any, secret_dirs: t.Any, request: pytest.FixtureRequest) -> Iterator[Pool]:
     """A fresh lab with site.yml of the older release, and its pool. The modules after this
     one take the upgraded site over, its jobs cancelled (site.yml then changes little); a
     fresh lab again when a test here failed, so what a failed upgrade left behind never
@@ -121,21 +119,16 @@ def old_pool(
     assert not run.failed, f"site.yml {OLD} failed: {run.failures()}\n{run.output[-3000:]}"
     rest = SlinkyRest.of_cluster(k8s_lab)
     wait_for_batch_nodes(rest, k8s_lab)
-    key = tmp_path_factory.mktemp("upgrade") / "jwt.key"
-    key.write_bytes(rest.jwt_key)
-    key.chmod(0o600)
-    k8s_lab.apply(
-        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS}}
-    )
-    pool = Pool(k8s_lab, rest, key)
-    yield pool
-    if request.session.testsfailed > failed_before:
-        k8s_lab.down()
-        k8s_lab.up()
-        return
-    for job in pool.slurm.get("jobs")["jobs"]:
-        if not {"COMPLETED", "CANCELLED", "FAILED"} & set(job["job_state"]):
-            pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job['job_id']}")
+    with secret_dirs("upgrade") as keys:  # the key goes with the fixture (tests/conftest.py)
+        pool = keyed_pool(k8s_lab, rest, keys)
+        yield pool
+        if request.session.testsfailed > failed_before:
+            k8s_lab.down()
+            k8s_lab.up()
+            return
+        for job in pool.slurm.get("jobs")["jobs"]:
+            if not {"COMPLETED", "CANCELLED", "FAILED"} & set(job["job_state"]):
+                pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job['job_id']}")
 
 
 def test_the_older_line_deploys_lends_and_reclaims(old_pool: Pool) -> None:

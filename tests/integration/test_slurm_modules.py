@@ -345,8 +345,8 @@ def test_a_bad_token_is_a_clear_error(slurm_lab: t.Any) -> None:
     assert "Traceback" not in result.output and "not-a-jwt" not in result.output
 
 
-def test_a_wrong_key_is_a_clear_error(slurm_lab: t.Any, tmp_path: Path) -> None:
-    wrong_key = tmp_path / "wrong.key"
+def test_a_wrong_key_is_a_clear_error(slurm_lab: t.Any, secret_dir: Path) -> None:
+    wrong_key = secret_dir / "wrong.key"
     wrong_key.write_bytes(b"x" * 32)
     result = run_task(
         "hpcops.slinky.slurm_info", {"url": slurm_lab.url, "jwt_key_path": str(wrong_key)}

@@ -78,8 +78,8 @@ def test_read_jwt_key_names_the_missing_path(tmp_path) -> None:  # type: ignore[
         read_jwt_key(str(missing))
 
 
-def test_minted_token_is_sent_and_reported_for_no_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    key_file = tmp_path / "jwt.key"
+def test_minted_token_is_sent_and_reported_for_no_log(secret_dir) -> None:  # type: ignore[no-untyped-def]
+    key_file = secret_dir / "jwt.key"
     key_file.write_bytes(KEY)
     fake = FakeSlurmRestd("26.05")
     fake.replay("v0.0.45", "ping", "GET", "ping/")
