@@ -36,6 +36,7 @@ COLUMNS = (
     ("JOBS", "jobs"),
     ("OP", "op"),
     ("ADMIN DRAIN", "admin_drain"),
+    ("CONDITION", "condition"),
 )
 
 
@@ -72,7 +73,25 @@ def _cell(row: dict[str, t.Any], key: str) -> str:
         return f"reclaiming (deadline {row['deadline_in_s']}s)"
     if key == "jobs":
         return str(len(value or []))
+    if key == "condition":
+        return _condition_cell(row)
     return str(value) if value not in (None, "") else "-"
+
+
+def _condition_cell(row: dict[str, t.Any]) -> str:
+    """What disagrees on the node: its condition (EMERGENCY first), "left the pool", the
+    Slinky operator's drain with its reason."""
+    notes = []
+    condition = row.get("condition") or ""
+    if condition:
+        notes.append(f"EMERGENCY {condition}" if row.get("emergency") else condition)
+        if row.get("resolution"):
+            notes[-1] += f" -> {row['resolution']}"
+    if row.get("in_pool") is False:
+        notes.append("left the pool")
+    if row.get("operator_drain"):
+        notes.append(f"drained by Slinky: {row['operator_drain']}")
+    return "; ".join(notes) or "-"
 
 
 def handover_status_table(rows: t.Any) -> list[str]:
@@ -181,6 +200,7 @@ def handover_run_summary(
     warnings: t.Any = (),
     attention: t.Any = (),
     trigger: t.Any = None,
+    conditions: t.Any = (),
 ) -> dict[str, t.Any]:
     """The summary of one run from the results its tasks registered."""
     if not isinstance(handovers, list):
@@ -201,6 +221,7 @@ def handover_run_summary(
             warnings=[warnings] if isinstance(warnings, str) else list(warnings or ()),
             attention=[attention] if isinstance(attention, str) else list(attention or ()),
             trigger=trigger,
+            conditions=[c for c in conditions or () if isinstance(c, dict)],
         )
     except (TypeError, ValueError) as err:
         raise AnsibleFilterError(f"handover_run_summary: {err}") from err

@@ -20,6 +20,36 @@ description:
     gives the same plan.
   - Also reports what needs a clean-up or a person, in RV(orphans) (Slurm nodes of the
     lendable NodeSets whose Kubernetes Node is gone) and RV(apps_on_lent_nodes).
+  - "Each node's state comes from all the evidence, not from its journal alone: the journal,
+    the lend label, the lent taint, slurmd pods on the node, Slurm's record of the node and
+    its jobs, and application pods. Where they disagree, the node has a condition and one
+    resolution (RV(conditions), RV(reconcile)); a run resolves them before new work."
+options:
+  lent_taint:
+    description: The taint that keeps application pods off lent nodes, as the runs write it.
+    type: dict
+    default: {}
+    suboptions:
+      key:
+        description: Its key.
+        type: str
+        default: hpcops.io/lent
+      value:
+        description: Its value.
+        type: str
+        default: slurm
+      effect:
+        description: Its effect.
+        type: str
+        choices: [NoSchedule, NoExecute]
+        default: NoSchedule
+  partitions:
+    description:
+      - Partitions of O(policy) to check against the cluster, as a run checks them (each must
+        be a Slurm partition of a lendable NodeSet); each one that is not is in
+        RV(refusals), with the partition it most resembles. Unset, none is checked.
+    type: list
+    elements: str
 extends_documentation_fragment:
   - hpcops.slinky.kubernetes
   - hpcops.slinky.handover
@@ -172,7 +202,38 @@ apps_on_lent_nodes:
   type: list
   elements: dict
 attention:
-  description: RV(orphans) and RV(apps_on_lent_nodes) as lines for people, each with what to do.
+  description:
+    - Everything that needs a clean-up or a person, one line each, with what to do or what a
+      run does. RV(orphans), nodes whose evidence disagrees (RV(conditions)), nodes that left
+      the pool with the handover's marks on them, lent nodes drained in Slurm by someone
+      else, nodes given back cordoned for such a drain, and RV(apps_on_lent_nodes).
+  returned: always
+  type: list
+  elements: str
+attention_items:
+  description: RV(attention) with the C(node) and the C(condition) (a condition, C(admin_drain) or C(apps_on_lent_node)) of each line.
+  returned: always
+  type: list
+  elements: dict
+conditions:
+  description:
+    - Nodes whose evidence disagrees, with C(node), C(condition) (for example
+      C(slurm_and_apps), C(journal_lent_no_label), C(slurmd_without_journal),
+      C(left_the_pool)), C(resolution) (C(resume), C(lend), C(reclaim), C(clean_orphan) or
+      C(person)), C(emergency) (a Slurm job beside an application pod) and C(evidence).
+  returned: always
+  type: list
+  elements: dict
+reconcile:
+  description:
+    - The conditions the next run resolves, after RV(resume) and before anything else, with
+      C(node), C(condition), C(action) (C(lend) or C(reclaim)), C(reason) and C(emergency).
+      Emergencies come first and go beyond O(policy)'s C(max_changes_per_run).
+  returned: always
+  type: list
+  elements: dict
+refusals:
+  description: The O(partitions) that are not partitions of the lendable NodeSets, each with the fix.
   returned: always
   type: list
   elements: str
@@ -182,7 +243,10 @@ status:
       C(schedulable), C(never_touch), C(app_pods), C(journal) (free, lending, lent,
       reclaiming or corrupt), C(op), C(by), C(reason), C(in_state_s), C(lent_for_s),
       C(deadline_in_s), C(slurm) (the Slurm node's states, empty when not in Slurm), C(jobs)
-      (ids of the jobs running on it).
+      (ids of the jobs running on it), C(admin_drain), C(in_pool) (false for a node that left
+      the pool with the handover's marks on it), C(condition), C(resolution), C(emergency),
+      C(lend_label), C(taint), C(slurmd) and C(operator_drain) (the reason of the Slinky
+      operator's drain).
   returned: always
   type: list
   elements: dict
@@ -191,12 +255,17 @@ status:
 import time
 import typing as t
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.batch import (
+    TAINT_SPEC,
+    markers_from_params,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import PolicyError
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.options import (
     handover_module_argspec,
     policy_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reads import read_plan
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     KubernetesError,
     kubernetes_client,
@@ -209,18 +278,21 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import
 
 
 def main() -> None:
-    module = handover_module_argspec().create_ansible_module(supports_check_mode=True)
+    module = (
+        handover_module_argspec()
+        .update_argspec(
+            lent_taint={"type": "dict", "default": {}, "options": TAINT_SPEC},
+            partitions={"type": "list", "elements": "str"},
+        )
+        .create_ansible_module(supports_check_mode=True)
+    )
     result: dict[str, t.Any] = {"changed": False}
     params = module.params
     try:
         policy = policy_from_params(params["policy"])
         policy.check()
-        if len(params["lend_label"]) != 1:
-            raise PolicyError(
-                "lend_label",
-                f"{params['lend_label']!r} is not one label",
-                "give the one key and value the lendable NodeSets select",
-            )
+        # The drain reasons of the runs are the defaults': this module writes none.
+        markers = markers_from_params({**params, "reason_prefix": HandoverMarkers.reason_prefix})
     except PolicyError as err:
         module.fail_json(msg=str(err), **result)
     try:
@@ -239,6 +311,8 @@ def main() -> None:
                     lend_label=params["lend_label"],
                     nodeset_namespace=params["nodeset_namespace"],
                     now=time.time(),
+                    markers=markers,
+                    check_partitions=params["partitions"],
                 )
             )
         except KubernetesError as err:

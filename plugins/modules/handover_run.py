@@ -85,6 +85,14 @@ options:
         event (C(ansible_eda.event.handover)).
     type: raw
     default: manual
+  setting_names:
+    description:
+      - How the user wrote the settings the run's messages name, by the option's name
+        (C(lease.wait_s), C(lend_timeout_s), C(pod_timeout_s)); each message, error and
+        warning the run returns or records names them so. The handover role maps them to its
+        variables (C(lease.wait_s) to C(handover_lease_wait_s)).
+    type: dict
+    default: {}
   token_owner:
     description:
       - The Slinky Token that keeps O(token_secret) fresh; by default the Secret's owner.
@@ -217,8 +225,10 @@ plan:
   type: dict
 handovers:
   description:
-    - Per step that ran (C(idle_marked), C(resumed), C(reclaimed), C(orphans_cleaned),
-      C(lent)), its nodes as M(hpcops.slinky.node_handover) returns them.
+    - Per step that ran (C(idle_marked), C(resumed), C(reconciled_lent) and
+      C(reconciled_returned) (nodes whose evidence disagreed, the lend it showed finished, or
+      given back), C(reclaimed), C(orphans_cleaned), C(lent)), its nodes as
+      M(hpcops.slinky.node_handover) returns them.
   returned: unless refused
   type: dict
 requested:
@@ -238,6 +248,14 @@ error:
   description: What failed, the step first; empty when nothing did.
   returned: always
   type: str
+attention:
+  description:
+    - What still needs a clean-up or a person once the run acted (the plan's attention
+      without the nodes this run handed over), each line with what to do; also in the
+      summary's warnings.
+  returned: unless refused
+  type: list
+  elements: str
 """
 
 import os
@@ -391,6 +409,7 @@ def run_request(params: dict[str, t.Any], report: dict[str, t.Any]) -> RunReques
         metrics_cluster=report["metrics_cluster"] or "",
         token_secret=params["token_secret"],
         token_owner=params["token_owner"] or "",
+        setting_names={str(k): str(v) for k, v in (params["setting_names"] or {}).items()},
     )
 
 
@@ -448,6 +467,7 @@ def main() -> None:
             trigger={"type": "raw", "default": "manual"},
             report={"type": "dict", "default": {}, "options": REPORT_SPEC},
             token_owner={"type": "str", "no_log": False},
+            setting_names={"type": "dict", "default": {}},
             **HANDOVER_WORK_SPEC,
         )
         .create_ansible_module(supports_check_mode=True)

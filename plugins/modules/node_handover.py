@@ -157,6 +157,11 @@ nodes:
         The reason of a drain somebody else set on the node's Slurm node while it was lent
         (kept in its journal); empty when none.
       type: str
+    condition:
+      description: >-
+        What the node's evidence disagreed on, when a run resolves that (for example
+        C(slurm_and_apps)); empty otherwise. Always empty from this module.
+      type: str
 pool:
   description:
     - Each node of the pool (O(policy)'s C(pool_selector)) and its journal state, read after

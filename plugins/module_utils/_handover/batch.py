@@ -125,9 +125,11 @@ def hand_over(
     shared_reads_from: int,
     reason: str = "",
     idle_marks: t.Mapping[str, float | None] | None = None,
+    conditions: t.Mapping[str, tuple[str, str]] | None = None,
 ) -> JSON:
     """Do `action` on each node (each once, in the order given; for mark_idle the nodes
-    of idle_marks), at most max_parallel at a time. The result is node_handover's without
+    of idle_marks), at most max_parallel at a time. `conditions` maps a node whose evidence
+    disagreed (reconcile) to its condition and the reason its journal and Event give. The result is node_handover's without
     its pool: nodes (each Outcome as a dict), changed, lent, returned, blocked, and
     `outcomes`, the Outcome objects."""
     marking = action == HandoverAction.MARK_IDLE
@@ -151,7 +153,8 @@ def hand_over(
             return handover.mark_idle(name, float(mark) if mark is not None else None)
         if action == HandoverAction.CLEAN_ORPHANS:
             return handover.clean_orphan(name)
-        return handover.run(name, action, reason)
+        condition, why = (conditions or {}).get(name, ("", reason))
+        return handover.run(name, action, why, condition)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         outcomes = list(pool.map(handle_node, names))

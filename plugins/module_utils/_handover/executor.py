@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.faults import after_step
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube import KubernetesCalls
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    EMERGENCIES,
     LEND_STEPS,
     RECLAIM_STEPS,
     AdminDrainPolicy,
@@ -39,6 +40,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     escalation,
     grace_deadline,
     has_label,
+    has_taint,
     is_slurmd_pod,
     journal_of,
     node_patch,
@@ -104,6 +106,7 @@ class Outcome:
     timeline: dict[str, float] = field(default_factory=dict)  # step -> seconds after start
     changed: bool = False
     admin_drain: str = ""  # the reason of a drain somebody else set on its Slurm node
+    condition: str = ""  # the disagreement in its evidence this handover resolves (reconcile)
 
     def as_dict(self) -> JSON:
         return {
@@ -120,6 +123,7 @@ class Outcome:
             "changed": self.changed,
             "warnings": list(self.warnings),
             "admin_drain": self.admin_drain,
+            "condition": self.condition,
         }
 
 
@@ -159,9 +163,12 @@ class Handover:
 
     # -- entry points --------------------------------------------------------------------
 
-    def run(self, name: str, action: str, reason: str = "") -> Outcome:
-        """Lend, reclaim or resume one node; a reclaim's reason goes into its journal."""
-        outcome = Outcome(node=name, action=action)
+    def run(self, name: str, action: str, reason: str = "", condition: str = "") -> Outcome:
+        """Lend, reclaim or resume one node; a reclaim's reason goes into its journal. A
+        `condition` (reconcile) is what the evidence of the node disagreed on: named in a
+        Warning Event before anything is done (HandoverEmergency for a Slurm job beside an
+        application pod, HandoverCondition otherwise)."""
+        outcome = Outcome(node=name, action=action, condition=condition)
         return self._guarded(outcome, lambda: self._dispatch(outcome, reason))
 
     def mark_idle(self, name: str, idle_since: float | None) -> Outcome:
@@ -201,6 +208,19 @@ class Handover:
         if journal.state == JournalState.CORRUPT:
             raise Refused(f"{journal.reason}; fix or remove the annotation by hand")
         action = outcome.action
+        if outcome.condition and not self.settings.check_mode:
+            emergency = outcome.condition in EMERGENCIES
+            done = {
+                HandoverAction.RECLAIM: "re-taint it, then give it back under its partition's "
+                "grace",
+                HandoverAction.LEND: "finish the lend the evidence shows",
+            }.get(action, "finish the handover under way")
+            self._event(
+                outcome,
+                "Emergency" if emergency else "Condition",
+                f"{reason or outcome.condition}: {done}",
+                warning=True,
+            )
         if action == HandoverAction.RESUME:
             action = {
                 JournalState.LENDING: HandoverAction.LEND,
@@ -412,7 +432,15 @@ class Handover:
 
     def _reclaim(self, node: JSON, journal: Journal, outcome: Outcome, reason: str) -> None:
         name = outcome.node
-        if journal.state == JournalState.FREE:
+        pods = self.kube.pods_on(name)
+        # Without a journal, the node is Slurm's while a mark of ours or slurmd is on it (a
+        # Node that came back with its labels, not our annotation): given back all the same.
+        marked = (
+            has_label(node, self.markers)
+            or has_taint(node, self.markers)
+            or any(is_slurmd_pod(pod) for pod in pods)
+        )
+        if journal.state == JournalState.FREE and not marked:
             # Refused as lend refuses it: a node the pool does not hold was never ours.
             refusal = pool_refusal(node, self.settings.policy)
             if refusal:
@@ -420,12 +448,11 @@ class Handover:
             outcome.result = HandoverResult.FREE
             outcome.message = "not lent"
             return
-        pods = self.kube.pods_on(name)
         slurm_name = slurm_node_name(name, pods)
         outcome.slurm_node = slurm_name
         # Until the node's own deadline is known, no step can need longer than the longest grace.
         self.slurm.until(self.clock() + longest_grace(self.settings.policy), outcome.warnings)
-        if journal.state in (JournalState.LENDING, JournalState.LENT):
+        if journal.state in (JournalState.FREE, JournalState.LENDING, JournalState.LENT):
             if self._stop_in_check_mode(outcome, HandoverResult.FREE, RECLAIM_STEPS):
                 return
             op = new_op()
@@ -436,7 +463,10 @@ class Handover:
 
             def reclaiming(current: JSON) -> JSON:
                 now_journal = journal_of(current, self.markers)
-                if now_journal.state not in (JournalState.LENDING, JournalState.LENT):
+                if now_journal.state != journal.state and now_journal.state not in (
+                    JournalState.LENDING,
+                    JournalState.LENT,
+                ):
                     raise Skipped(f"another run took the node first ({now_journal.state})")
                 after = transition(
                     now_journal,
@@ -447,20 +477,34 @@ class Handover:
                     reason,
                     deadline,
                 )
-                return node_patch(current, self.markers, journal=after)
+                # The taint too: a Node that came back without it keeps no application
+                # pod off (a no-op where it is on).
+                return node_patch(current, self.markers, journal=after, taint=True)
 
+            retaint = not has_taint(node, self.markers)
             self._transition(name, reclaiming)
             self._record_step(
                 outcome,
                 Step.JOURNAL,
                 "Reclaiming",
-                f"journal reclaiming, deadline in {deadline - self.clock():.0f} s",
+                f"journal reclaiming{', taint on again' if retaint else ''}, deadline in "
+                f"{deadline - self.clock():.0f} s",
             )
         else:  # reclaiming: an earlier run stopped here, or a `wait` job blocked it
             outcome.op = journal.op
             deadline = journal.deadline if journal.deadline is not None else self.clock()
             if self._stop_in_check_mode(outcome, HandoverResult.FREE, RECLAIM_STEPS[1:]):
                 return
+            if not has_taint(node, self.markers):
+                # A Node restored without its taint: no application pod may land until the
+                # slurmd pod is gone.
+                self._transition(
+                    name, lambda current: node_patch(current, self.markers, taint=True)
+                )
+                outcome.changed = True
+                outcome.warnings.append(
+                    f"the taint {self.markers.taint_key} was missing; put on again"
+                )
 
         # Draining and waiting for the jobs may take until the deadline; a step resumed past
         # it still gets the time of a pod step to ride out an outage.
@@ -515,11 +559,17 @@ class Handover:
             return  # seen earlier in this run
         outcome.admin_drain = reason
         cordon = self.settings.policy.admin_drain == AdminDrainPolicy.CORDON
-        then = "cordoned" if cordon else "schedulable (admin_drain: return)"
+        then = (
+            "cordoned, so that it stays out of service until a person uncordons it"
+            if cordon
+            else "schedulable (admin_drain: return)"
+        )
         message = (
             f"Slurm node {slurm_name} was drained by someone else"
-            f"{f' ({set_by})' if set_by else ''}: {reason!r}; the drain stays, and the reclaim "
-            f"gives the node back {then}"
+            f"{f' ({set_by})' if set_by else ''}: {reason!r}; it keeps jobs off until the "
+            "reclaim deletes the Slurm node and its reason with it, so the reason is kept in "
+            f"the Node's journal ({self.markers.journal_annotation}: admin_drain) and this "
+            f"Warning Event, and the node comes back {then}"
         )
         outcome.warnings.append(message)
 

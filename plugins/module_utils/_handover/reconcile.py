@@ -58,6 +58,10 @@ SLURM_RECORDS = (
     SlurmRecord.DRAINED_OPERATOR,
     SlurmRecord.DRAINED_ADMIN,
 )
+# The Slinky operator's drain while it replaces a slurmd pod ("slurm-operator: Pod is
+# terminating"): its bookkeeping of the pod's life, which an upgrade clears
+# (upgrade_resume), not the node taken from Slurm (scale-in, a cordon).
+OPERATOR_POD_REPLACED = "is terminating"
 # Slurm states and flags of a node that does not serve (yet).
 _NOT_SERVING = frozenset(
     {"DOWN", "FUTURE", "UNKNOWN", "NOT_RESPONDING", "POWERED_DOWN", "INVALID_REG"}
@@ -178,7 +182,7 @@ def _lent(e: Evidence) -> tuple[str, str]:
         return Condition.JOURNAL_LENT_NO_TAINT, Resolution.RECLAIM
     if e.slurm == SlurmRecord.DRAINED_OURS:
         return Condition.JOURNAL_LENT_DRAINED_BY_US, Resolution.RECLAIM
-    if e.slurm == SlurmRecord.DRAINED_OPERATOR:
+    if e.slurm == SlurmRecord.DRAINED_OPERATOR and OPERATOR_POD_REPLACED not in e.slurm_reason:
         return Condition.DRAINED_BY_OPERATOR, Resolution.RECLAIM
     # slurmd missing or Slurm DOWN alone is what a slurmd pod being replaced looks like (an
     # upgrade, the operator's own repair): not a disagreement. An admin's drain is the

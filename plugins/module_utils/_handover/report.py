@@ -14,10 +14,12 @@ a scrape at any time reads the current truth and a missed run shows as an old ti
 from __future__ import annotations
 
 import math
+import re
 import typing as t
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
+    CONDITIONS,
     STATES,
     HandoverAction,
     HandoverResult,
@@ -135,6 +137,7 @@ def run_summary(
     warnings: Iterable[str] = (),
     attention: Iterable[str] = (),
     trigger: t.Any = None,
+    conditions: Iterable[Mapping[str, t.Any]] = (),
 ) -> dict[str, t.Any]:
     """The summary of one run from what its tasks returned.
 
@@ -146,7 +149,9 @@ def run_summary(
     run's own (what the report could not do), which come after each node's warnings and
     never make the run fail; attention the plan's lines of what needs a clean-up or a
     person (orphans, application pods on lent nodes), recorded with them; trigger is what
-    started the run (`run_trigger`).
+    started the run (`run_trigger`); conditions the plan's nodes whose evidence disagreed
+    (reconcile: ``node``, ``condition``, ``emergency``), recorded with where this run left
+    each.
     """
     nodes: dict[str, list[str]] = {result: [] for result in RESULTS}
     final: dict[str, str] = {}  # node -> where it ended, as its last handover said
@@ -204,6 +209,7 @@ def run_summary(
     outcome = run_outcome(
         lease_holder=holder, errors=bool(errors), blocked=bool(nodes["blocked"]), short=short
     )
+    found = {str(c.get("node")): c for c in conditions if c.get("condition")}
     return {
         "run": run_id,
         "action": action,
@@ -230,6 +236,10 @@ def run_summary(
         ),
         # Nodes somebody else drained in Slurm while lent: node -> the reason they gave.
         "admin_drains": dict(sorted(admin_drains.items())),
+        # Nodes whose evidence disagreed when the run planned: node -> condition; the
+        # emergencies among them (a Slurm job beside an application pod).
+        "conditions": {node: str(c["condition"]) for node, c in sorted(found.items())},
+        "emergencies": sorted(node for node, c in found.items() if c.get("emergency")),
         **{result: sorted(found) for result, found in nodes.items()},
         "blocked_reasons": {node: messages[node] for node in nodes["blocked"] if node in messages},
         "reclaim_seconds": dict(sorted(reclaim_seconds.items())),
@@ -269,6 +279,7 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
         for result in (HandoverResult.DRAINING, HandoverResult.REMOVED)
         if summary.get(result)
     ]
+    parts = _condition_parts(summary) + parts
     if summary["reclaim_seconds"]:
         parts.append(f"slowest reclaim {max(summary['reclaim_seconds'].values()):.1f} s")
     if summary["pool"] is None:
@@ -284,6 +295,86 @@ def summary_line(summary: Mapping[str, t.Any]) -> str:
         + errors
         + (f"; warnings: {'; '.join(warnings)}" if warnings else "")
     )
+
+
+# Where a node whose evidence disagreed ended, in the run's line.
+_ENDED = {
+    HandoverResult.FREE: "given back",
+    RETURNED: "given back",
+    HandoverResult.LENT: "lent",
+    HandoverResult.BLOCKED: "being given back, blocked by jobs of a wait partition",
+    HandoverResult.FAILED: "its handover failed, the next run goes on",
+    HandoverResult.REFUSED: "refused",
+    HandoverResult.SKIPPED: "another run acted first",
+}
+
+
+def _condition_parts(summary: Mapping[str, t.Any]) -> list[str]:
+    """The emergencies first, then the other conditions, each with where the run left it."""
+    conditions = summary.get("conditions") or {}
+    nodes = summary.get("nodes") or {}
+    emergencies = summary.get("emergencies") or []
+
+    def ended(node: str) -> str:
+        return _ENDED.get(nodes.get(node, ""), "left for a person or a later run")
+
+    parts = [
+        f"EMERGENCY {conditions[node]} on {node} ({ended(node)})"
+        for node in emergencies
+        if node in conditions
+    ]
+    others = [
+        f"{node} {condition} ({ended(node)})"
+        for node, condition in conditions.items()
+        if node not in emergencies
+    ]
+    if others:
+        parts.append(f"{len(others)} disagreement(s): {', '.join(others)}")
+    return parts
+
+
+def in_users_words(text: str, names: Mapping[str, str]) -> str:
+    """`text` with each setting named as the user wrote it (names: as the modules call it
+    -> as the user does, e.g. lease.wait_s -> handover_lease_wait_s); a name inside a
+    longer one is left alone."""
+    if not text or not names:
+        return text
+    pattern = re.compile(
+        r"(?<![\w.])("
+        + "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+        + r")(?![\w])"
+    )
+    return pattern.sub(lambda match: names[match.group(1)], text)
+
+
+# What the run did to a node that settles a line of attention about it.
+_SETTLED = (
+    HandoverResult.LENT,
+    HandoverResult.FREE,
+    HandoverResult.BLOCKED,
+    HandoverResult.DRAINING,
+    HandoverResult.REMOVED,
+)
+
+
+def unresolved(
+    items: Iterable[Mapping[str, t.Any]], handovers: Sequence[Mapping[str, t.Any]]
+) -> list[str]:
+    """The plan's lines of attention (``node``, ``condition``, ``line``) that still hold
+    once the run acted: a line about a node the run handed over (lent, given back, an
+    orphan drained or removed) is dropped, since the run's summary says what it did; an
+    application's toleration stays, as no run can fix a workload."""
+    acted = {
+        str(entry.get("node"))
+        for handed in handovers
+        for entry in handed.get("nodes") or []
+        if entry.get("result") in _SETTLED and (entry.get("changed") or entry.get("steps"))
+    }
+    return [
+        str(item["line"])
+        for item in items
+        if item.get("node") not in acted or item.get("condition") == "apps_on_lent_node"
+    ]
 
 
 def _trigger_text(summary: Mapping[str, t.Any]) -> str:
@@ -373,6 +464,24 @@ def metrics_text(summary: Mapping[str, t.Any], cluster: str = "") -> str:
             "blocked_nodes",
             "Nodes the newest run left reclaiming because jobs of a wait partition run.",
             [({}, len(summary["blocked"]))],
+        ),
+        (
+            "conditions",
+            "Nodes whose evidence disagreed (journal, label, taint, slurmd, Slurm, "
+            "application pods) when the newest run planned, by condition.",
+            [
+                (
+                    {"condition": name},
+                    sum(1 for found in (summary.get("conditions") or {}).values() if found == name),
+                )
+                for name in CONDITIONS
+            ],
+        ),
+        (
+            "emergency_nodes",
+            "Nodes with a Slurm job beside an application pod when the newest run planned "
+            "(that run re-taints each and gives it back under its partition's grace).",
+            [({}, len(summary.get("emergencies") or []))],
         ),
     ]
     lines: list[str] = []

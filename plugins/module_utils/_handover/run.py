@@ -18,7 +18,7 @@ import json
 import time
 import typing as t
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.batch import (
     failed_or_refused,
@@ -39,9 +39,11 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reads impo
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report import (
     RunOutcome,
+    in_users_words,
     metrics_text,
     run_summary,
     summary_line,
+    unresolved,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     Conflict,
@@ -64,6 +66,15 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.token_renewal
 JSON = dict[str, t.Any]
 
 REBALANCE = "rebalance"
+# The run's handovers in their order, as `handovers` keys them.
+HANDOVER_KEYS = (
+    "resumed",
+    "reconciled_lent",
+    "reconciled_returned",
+    "reclaimed",
+    "lent",
+    "orphans_cleaned",
+)
 RUN_ACTIONS = (HandoverAction.LEND, HandoverAction.RECLAIM, REBALANCE)
 # An apiserver that restarts (an upgrade, a control-plane node reboot) is back within a
 # minute; a Lease left held would stop every run until it expires.
@@ -95,6 +106,9 @@ class RunRequest:
     # Secret's owner), renewed first when its renewal has stopped.
     token_secret: t.Mapping[str, str] | None = None
     token_owner: str = ""
+    # How the user wrote the settings the messages name: option -> their name
+    # (lease.wait_s -> handover_lease_wait_s, in the role).
+    setting_names: t.Mapping[str, str] = field(default_factory=dict)
 
 
 class HandoverRun:
@@ -123,6 +137,8 @@ class HandoverRun:
         self._step = "check"  # the step under way, for the message of its failure
         # The lendable NodeSets: read for the check, used by the plan.
         self.nodesets: list[JSON] | None = None
+        # node -> (condition, reason) of the nodes whose evidence disagreed (the plan's).
+        self.conditions: dict[str, tuple[str, str]] = {}
 
     # -- the run -------------------------------------------------------------------------
 
@@ -157,8 +173,8 @@ class HandoverRun:
                 error = (
                     f"{lease.get('holder', '?')} holds the handover Lease for "
                     f"{lease.get('expires_in', '?')} s more (this run waited "
-                    f"{lease.get('waited_s', 0)} s, lease_wait_s); nothing was done: run "
-                    "again later, or let the run wait longer with lease_wait_s"
+                    f"{lease.get('waited_s', 0)} s, lease.wait_s); nothing was done: run "
+                    "again later, or let the run wait longer with lease.wait_s"
                 )
             return self._finish(result, error, lease=lease)
         error = ""
@@ -225,11 +241,27 @@ class HandoverRun:
                 nodeset_namespace=request.nodeset_namespace,
                 now=self.clock(),
                 nodesets=self.nodesets,
+                markers=self.settings.markers,
             )
         plan = self.plan or {}
+        # Nodes whose evidence disagrees, after the resumes and before new work: the lend
+        # the evidence shows finished, or the node given back (reconcile.py).
+        mend = plan.get("reconcile") or []
+        reconciled: list[tuple[str, str, list[str], str]] = [
+            (key, todo, [row["node"] for row in mend if row["action"] == todo], "")
+            for key, todo in (
+                ("reconciled_lent", HandoverAction.LEND),
+                ("reconciled_returned", HandoverAction.RECLAIM),
+            )
+        ]
+        self.conditions = {
+            str(row["node"]): (str(row["condition"]), f"{row['condition']}: {row['evidence']}")
+            for row in plan.get("conditions") or []
+        }
         if action == REBALANCE:
             steps: list[tuple[str, str, list[str], str]] = [
                 ("resumed", HandoverAction.RESUME, _names(plan["resume"]), ""),
+                *reconciled,
                 (
                     "reclaimed",
                     HandoverAction.RECLAIM,
@@ -246,6 +278,7 @@ class HandoverRun:
             self.requested = list(request.nodes) or _names(plan[action])
             steps = [
                 ("resumed", HandoverAction.RESUME, _names(plan.get("resume", [])), ""),
+                *reconciled,
                 (
                     "lent" if action == HandoverAction.LEND else "reclaimed",
                     action,
@@ -280,6 +313,7 @@ class HandoverRun:
             shared_reads_from=self.request.shared_reads_from,
             reason=reason,
             idle_marks=idle_marks,
+            conditions=self.conditions,
         )
         outcomes: list[t.Any] = handed.pop("outcomes")
         self.handovers[key] = handed
@@ -322,22 +356,34 @@ class HandoverRun:
     def _finish(self, result: JSON, error: str, *, lease: JSON | None, acted: bool = False) -> JSON:
         request = self.request
         pool = self._pool_after() if acted else None
+        # Messages name settings as the user wrote them (the role's variables).
+        names = request.setting_names
+        error = in_users_words(error, names)
+        self.warnings = [in_users_words(warning, names) for warning in self.warnings]
+        for handed in self.handovers.values():
+            for entry in handed.get("nodes") or []:
+                entry["message"] = in_users_words(entry.get("message", ""), names)
+                entry["warnings"] = [in_users_words(w, names) for w in entry.get("warnings") or []]
+        handovers = [self.handovers.get(key) for key in HANDOVER_KEYS]
+        # What still needs a clean-up or a person once this run acted: never advice the run
+        # already followed.
+        attention = unresolved(
+            (self.plan or {}).get("attention_items") or [], [h for h in handovers if h]
+        )
         summary = run_summary(
             run_id=request.run_id,
             started=self.started,
             finished=self.clock(),
-            handovers=[
-                self.handovers.get(key)
-                for key in ("resumed", "reclaimed", "lent", "orphans_cleaned")
-            ],
+            handovers=handovers,
             lease=lease if lease is not None else {},
             pool=pool,
             errors=[error],
             action=request.action,
             requested=self.requested,
             warnings=self.warnings,
-            attention=(self.plan or {}).get("attention") or [],
+            attention=attention,
             trigger=request.trigger,
+            conditions=(self.plan or {}).get("conditions") or [],
         )
         line = summary_line(summary)
         result.update(
@@ -350,6 +396,7 @@ class HandoverRun:
             handovers=self.handovers,
             error=error,
             recorded=self.records(summary),
+            attention=attention,
         )
         if self.plan is not None:
             result["plan"] = self.plan

@@ -178,9 +178,14 @@ def pool_refusal(node: Mapping[str, t.Any], policy: Policy) -> str | None:
 
 
 def ours_to_finish(node: Mapping[str, t.Any], markers: HandoverMarkers) -> bool:
-    """A handover of ours is under way on the node: finish it, whatever its labels say now
-    (a lent node that was relabelled out of the pool must still come back)."""
-    return journal_of(node, markers).state in UNDER_WAY
+    """A handover of ours is under way on the node, or a mark of ours is on it (a Node that
+    came back with the lend label or the taint, not the journal): finish it, whatever its
+    labels say now (a lent node that was relabelled out of the pool must still come back)."""
+    return (
+        journal_of(node, markers).state in UNDER_WAY
+        or has_label(node, markers)
+        or has_taint(node, markers)
+    )
 
 
 def named_node_refusals(

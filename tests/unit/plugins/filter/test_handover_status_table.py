@@ -14,6 +14,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     Policy,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.plan import status_rows
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reconcile import reconcile
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
     JobView,
     NodeView,
@@ -73,12 +75,50 @@ def test_rows_and_table_per_pool_node() -> None:
         "hw: DIMM B2",
     ]
     assert handover_status_table(rows) == [
-        "NODE   K8S                         APPS  JOURNAL                     FOR    SLURM        JOBS  OP   ADMIN DRAIN",
-        "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -    -",
-        "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1  -",
-        "int02  Ready                       0     lent                        2h05m  DRAIN+IDLE   0     op2  -",
-        "int03  Ready,cordoned              0     free                        1m     -            0     op3  hw: ECC errors",
-        "int04  Ready                       0     lent                        1m     DRAIN+IDLE   0     op4  hw: DIMM B2",
+        "NODE   K8S                         APPS  JOURNAL                     FOR    SLURM        JOBS  OP   ADMIN DRAIN     CONDITION",
+        "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -    -               -",
+        "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1  -               -",
+        "int02  Ready                       0     lent                        2h05m  DRAIN+IDLE   0     op2  -               -",
+        "int03  Ready,cordoned              0     free                        1m     -            0     op3  hw: ECC errors  -",
+        "int04  Ready                       0     lent                        1m     DRAIN+IDLE   0     op4  hw: DIMM B2     -",
+    ]
+
+
+def test_a_node_out_of_the_pool_and_the_operators_drain_are_shown_with_the_condition() -> None:
+    label = {"hpcops.io/slurm-lent": "true"}
+    taint = frozenset({("hpcops.io/lent", "NoSchedule")})
+    nodes = [
+        # Relabelled out of the pool while lent, a job running.
+        NodeView(
+            "int05",
+            {"pool": "batch", **label},
+            journal=Journal("lent", "op5", since=NOW - 60),
+            taints=taint,
+        ),
+        # Drained by the Slinky operator for scale-in while lent.
+        NodeView(
+            "int06",
+            {"pool": "interactive", **label},
+            journal=Journal("lent", "op6", since=NOW - 60),
+            taints=taint,
+        ),
+    ]
+    pods = [
+        PodView("slurm", "slurmd-5", node="int05", slurmd=True),
+        PodView("slurm", "slurmd-6", node="int06", slurmd=True),
+    ]
+    scale_in = "slurm-operator: Pod (slurm/s-6) is pending termination for scale-in"
+    slurm = {
+        "int05": SlurmNodeView("int05", frozenset({"ALLOCATED"}), (JobView(9, "backfill"),)),
+        "int06": SlurmNodeView("int06", frozenset({"IDLE", "DRAIN"}), reason=scale_in),
+    }
+    found = reconcile(nodes, pods, slurm, POLICY, HandoverMarkers())
+    rows = status_rows(nodes, pods, slurm, POLICY, NOW, found)
+    assert [row["node"] for row in rows] == ["int05", "int06"]
+    assert [line.split("  ")[-1].strip() for line in handover_status_table(rows)] == [
+        "CONDITION",
+        "left_the_pool -> person; left the pool",
+        f"drained_by_operator -> reclaim; drained by Slinky: {scale_in}",
     ]
 
 

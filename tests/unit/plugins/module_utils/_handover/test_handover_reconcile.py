@@ -141,6 +141,20 @@ HISTORIES = [
         Resolution.RECLAIM,
     ),
     (
+        "a lent node whose slurmd pod the operator replaces (an upgrade): its drain is the "
+        "upgrade's to clear",
+        Evidence(
+            LT,
+            True,
+            True,
+            True,
+            SlurmRecord.DRAINED_OPERATOR,
+            slurm_reason="slurm-operator: Pod is terminating",
+        ),
+        "",
+        "",
+    ),
+    (
         "the lend label removed from a lent node",
         Evidence(LT, False, True, True, UP),
         Condition.JOURNAL_LENT_NO_LABEL,

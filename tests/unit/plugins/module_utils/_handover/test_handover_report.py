@@ -11,9 +11,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report import (
+    in_users_words,
     metrics_text,
     run_summary,
     summary_line,
+    unresolved,
 )
 
 # What node_handover returns for a reclaim that freed int01, one blocked by a `wait` job
@@ -202,7 +204,7 @@ def test_the_metrics_parse_as_prometheus_text_and_carry_the_figures() -> None:
     assert value("blocked_nodes") == 1
     # Every sample has its HELP and TYPE; the text ends with a newline as the format asks.
     assert text.endswith("\n")
-    assert text.count("# TYPE ") == text.count("# HELP ") == 11
+    assert text.count("# TYPE ") == text.count("# HELP ") == 13
 
 
 @pytest.mark.parametrize("cluster", ['a"b', "a\\b", "a\nb"])
@@ -334,3 +336,70 @@ def test_a_failed_node_without_a_message_is_still_an_error() -> None:
     )
     assert summary["errors"] == ["int01: failed without a message"]
     assert summary["outcome"] == "failed"
+
+
+# ---- nodes whose evidence disagreed (reconcile) ------------------------------------------
+
+CONDITIONS = [
+    {"node": "int01", "condition": "slurm_and_apps", "emergency": True},
+    {"node": "int06", "condition": "journal_lent_no_label", "emergency": False},
+    {"node": "int07", "condition": "left_the_pool", "emergency": False},
+]
+
+
+def test_an_emergency_leads_the_line_with_where_the_run_left_it_and_is_a_metric() -> None:
+    got = summary(conditions=CONDITIONS)
+    assert got["conditions"] == {
+        "int01": "slurm_and_apps",
+        "int06": "journal_lent_no_label",
+        "int07": "left_the_pool",
+    }
+    assert got["emergencies"] == ["int01"]
+    line = summary_line(got)
+    assert line.startswith(
+        "EMERGENCY slurm_and_apps on int01 (given back); 2 disagreement(s): int06 "
+        "journal_lent_no_label (left for a person or a later run), int07 left_the_pool (left "
+        "for a person or a later run); "
+    ), line
+    found = samples(metrics_text(got))
+    assert found[("hpcops_slinky_handover_emergency_nodes", ())] == 1
+    condition = "hpcops_slinky_handover_conditions"
+    assert found[(condition, (("condition", "slurm_and_apps"),))] == 1
+    assert found[(condition, (("condition", "left_the_pool"),))] == 1
+    assert found[(condition, (("condition", "orphan_record"),))] == 0
+    # A run that resolved a condition and nothing else is no "no change".
+    quiet = summary(handovers=[], conditions=CONDITIONS[1:2])
+    assert "no change" not in summary_line(quiet)
+
+
+def test_settings_are_named_as_the_user_wrote_them() -> None:
+    names = {"lease.wait_s": "handover_lease_wait_s", "lend_timeout_s": "handover_lend_timeout_s"}
+    text = "waited 0 s, lease.wait_s; slurmd did not register within lend_timeout_s 120"
+    assert in_users_words(text, names) == (
+        "waited 0 s, handover_lease_wait_s; slurmd did not register within "
+        "handover_lend_timeout_s 120"
+    )
+    # Already the user's name, or a longer name that holds it: left alone.
+    assert in_users_words("handover_lend_timeout_s", names) == "handover_lend_timeout_s"
+    assert in_users_words("x.lend_timeout_s", names) == "x.lend_timeout_s"
+    assert in_users_words("", names) == "" and in_users_words("lend_timeout_s", {}) == (
+        "lend_timeout_s"
+    )
+
+
+def test_a_line_of_attention_about_a_node_the_run_handed_over_is_not_repeated() -> None:
+    items = [
+        {"node": "int01", "condition": "slurm_and_apps", "line": "EMERGENCY node int01: ..."},
+        {"node": "int01", "condition": "apps_on_lent_node", "line": "application pod a/b ..."},
+        {"node": "int02", "condition": "left_the_pool", "line": "node int02: left_the_pool"},
+        {"node": "int03", "condition": "journal_lent_no_label", "line": "node int03: ..."},
+    ]
+    handovers = [
+        {"nodes": [{"node": "int01", "result": "free", "steps": ["journal"], "changed": True}]},
+        {"nodes": [{"node": "int03", "result": "failed", "steps": [], "changed": False}]},
+    ]
+    assert unresolved(items, handovers) == [
+        "application pod a/b ...",  # the workload's toleration is a person's to fix
+        "node int02: left_the_pool",
+        "node int03: ...",  # its handover failed: still needed
+    ]

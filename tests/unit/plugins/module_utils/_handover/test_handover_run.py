@@ -7,6 +7,7 @@ back. The protocol's steps themselves run for real in tests/integration (test_ha
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 from types import SimpleNamespace
 
@@ -32,6 +33,15 @@ PLAN = {
     "lend": [{"node": "int02", "reason": "idle"}],
     "idle_marks": {"int03": 1700000000.0},
     "attention": ["gone01: Slurm node of a deleted Node"],
+    "attention_items": [
+        {
+            "node": "gone01",
+            "condition": "orphan_record",
+            "line": "gone01: Slurm node of a deleted Node",
+        }
+    ],
+    "reconcile": [],
+    "conditions": [],
     "status": [{"node": "int01", "journal": "lent"}],
 }
 
@@ -209,3 +219,72 @@ def test_a_held_lease_does_nothing_and_records_nothing(monkeypatch: pytest.Monke
     assert result["error"].startswith("other holds the handover Lease for 40.0 s more")
     # A rebalance that finds it held is no failure: the next one comes soon.
     assert a_run("rebalance").execute()["error"] == ""
+
+
+def test_nodes_whose_evidence_disagrees_are_resolved_after_resumes_and_before_new_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder = Recorder(monkeypatch)
+    conditions = [
+        {
+            "node": "int07",
+            "condition": "slurm_and_apps",
+            "resolution": "reclaim",
+            "emergency": True,
+            "evidence": "journal free, lend label",
+        },
+        {
+            "node": "int08",
+            "condition": "slurmd_without_journal",
+            "resolution": "lend",
+            "emergency": False,
+            "evidence": "journal free, lend label, slurmd pod, Slurm up",
+        },
+    ]
+    plan = {
+        **PLAN,
+        "reconcile": [
+            {"node": "int07", "condition": "slurm_and_apps", "action": "reclaim"},
+            {"node": "int08", "condition": "slurmd_without_journal", "action": "lend"},
+        ],
+        "conditions": conditions,
+    }
+    seen: dict[str, t.Any] = {}
+    original = run_module.hand_over
+
+    def hand_over(*a: t.Any, **kw: t.Any) -> dict[str, t.Any]:
+        seen.update(kw.get("conditions") or {})
+        return original(*a, **kw)
+
+    monkeypatch.setattr(run_module, "read_plan", lambda *a, **k: dict(plan))
+    monkeypatch.setattr(run_module, "hand_over", hand_over)
+    result = a_run("rebalance").execute()
+    actions = [call[:2] for call in recorder.calls if call[0] in ("resume", "lend", "reclaim")]
+    assert actions == [
+        ("resume", "int05"),
+        ("lend", "int08"),  # the lend the evidence showed, finished
+        ("reclaim", "int07"),  # the emergency, given back
+        ("reclaim", "int01"),
+        ("lend", "int02"),
+    ]
+    # Each node's handover knows its condition, for its journal and its Event.
+    assert seen["int07"] == ("slurm_and_apps", "slurm_and_apps: journal free, lend label")
+    assert result["summary"]["emergencies"] == ["int07"]
+    assert "EMERGENCY slurm_and_apps on int07" in result["summary_line"]
+
+
+def test_the_runs_messages_name_the_settings_as_the_user_wrote_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    Recorder(monkeypatch)
+    monkeypatch.setattr(
+        run_module,
+        "acquire_lease",
+        lambda *a, **k: {"acquired": False, "holder": "other", "expires_in": 40.0, "waited_s": 0},
+    )
+    run = a_run("lend", ("int01",))
+    run.request = dataclasses.replace(
+        run.request, setting_names={"lease.wait_s": "handover_lease_wait_s"}
+    )
+    error = run.execute()["error"]
+    assert "handover_lease_wait_s" in error and " lease.wait_s" not in error, error

@@ -149,15 +149,19 @@ def test_named_nodes_are_refused_before_the_run_the_same_way_for_lend_and_reclai
     # Lent, then relabelled out of the pool: still ours to bring back.
     lent_outside = k8s_node(journal='{"state": "lent", "op": "x"}')
     lent_outside["metadata"]["labels"] = {}
+    # Came back without the journal, with the lend label: slurmd may run there, ours too.
+    labelled_outside = k8s_node()
+    labelled_outside["metadata"]["labels"] = {"hpcops.io/slurm-lent": "true"}
     found = {
         "int01": k8s_node(),
         "svc01": outside,
         "gpu01": never,
         "int09": lent_outside,
         "gone": None,
+        "int08": labelled_outside,
     }
     problems = named_node_refusals(
-        ["int01", "svc01", "gpu01", "int09", "gone"], found, POLICY, MARKERS
+        ["int01", "svc01", "gpu01", "int09", "gone", "int08"], found, POLICY, MARKERS
     )
     assert problems == [
         "handover_nodes[1]: svc01: not in the lendable pool (pool_selector "
