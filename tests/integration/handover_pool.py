@@ -92,6 +92,17 @@ class Pool:
         taint = any(t_["key"] == TAINT for t_ in node["spec"].get("taints") or [])
         return label, taint
 
+    def wait_ready(self, name: str) -> None:
+        """Until the Node is Ready (a Node applied again: kwok marks it Ready)."""
+        wait_until(
+            lambda: any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in self.node(name)["status"].get("conditions") or []
+            ),
+            60,
+            f"{name} to be Ready again",
+        )
+
     def events(self, name: str) -> list[str]:
         items = self.lab.get(
             "/api/v1/namespaces/default/events"

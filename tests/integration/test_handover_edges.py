@@ -654,14 +654,7 @@ def restore_node(pool: Pool, name: str) -> None:
     """The kwok Node again, as the lab made it."""
     manifest = next(node.manifest() for node in NODES if node.name == name)
     pool.lab.apply("/api/v1/nodes", manifest)
-    wait_until(
-        lambda: any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in pool.node(name)["status"].get("conditions") or []
-        ),
-        60,
-        f"{name} to be Ready again",
-    )
+    pool.wait_ready(name)
 
 
 def test_a_deleted_lent_node_leaves_an_orphan_that_is_cleaned_and_its_job_escalated(
@@ -723,12 +716,22 @@ def test_a_deleted_lent_node_leaves_an_orphan_that_is_cleaned_and_its_job_escala
 
 
 def test_an_application_pod_on_a_lent_node_is_reported_with_what_to_do(clean_pool: Pool) -> None:
+    """The pod tolerates the lent taint: status says so and what a rebalance does about the
+    node (apps_beside_slurmd); the rebalance gives the node back to the applications, where
+    the pod keeps running, and still names the workload's toleration."""
     pool = clean_pool
     assert not pool.handover("lend", ["int01"]).failed
     pool.app_pod("tolerant", {"kubernetes.io/hostname": "int01"}, cpu="1", tolerate_lent=True)
     wait_until(lambda: pool.running_on("tolerant") == "int01", 30, "the pod to run on int01")
-    for playbook in ("status", "rebalance"):
-        run = pool.playbook(playbook, handover_policy={**POLICY, "max_changes_per_run": 1})
-        assert not run.failed, run.failures()
-        assert "application pod jupyterhub/tolerant runs on lent node int01 (lent)" in run.output
-        assert "remove that toleration from its workload, or reclaim the node" in run.output
+    policy = {**POLICY, "max_changes_per_run": 1, "max_lent": 0}
+    run = pool.playbook("status", handover_policy=policy)
+    assert not run.failed, run.failures()
+    assert "application pod jupyterhub/tolerant runs on lent node int01 (lent)" in run.output
+    assert "remove that toleration from its workload" in run.output
+    assert "node int01: apps_beside_slurmd (journal lent" in run.output
+    run = pool.playbook("rebalance", handover_policy=policy)
+    assert not run.failed, run.failures()
+    assert "1 disagreement(s): int01 apps_beside_slurmd (given back)" in run.output
+    assert "remove that toleration from its workload" in run.output
+    pool.assert_clean("int01")
+    assert pool.running_on("tolerant") == "int01"
