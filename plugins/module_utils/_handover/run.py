@@ -346,7 +346,8 @@ class HandoverRun:
         plan's read (None: it could not be read, and the summary says unknown)."""
         handed = any(result.get("nodes") for result in self.handovers.values())
         if self.plan is not None and not handed:
-            return list(self.plan["status"])
+            # Nodes that left the pool with our marks are shown by status, not counted.
+            return [row for row in self.plan["status"] if row.get("in_pool", True)]
         try:
             return pool_journals(self.kube, self.settings.policy, self.settings.markers)
         except KubernetesError as err:
