@@ -65,6 +65,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.reconcile 
     SlurmRecord,
     condition_line,
     reconcile,
+    slurm_record,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import HandoverMarkers
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import (
@@ -554,6 +555,7 @@ def status_rows(
     policy: Policy,
     now: float,
     reconciled: Mapping[str, Reconciled] | None = None,
+    markers: HandoverMarkers | None = None,
 ) -> list[dict[str, t.Any]]:
     """One row per pool node, and per node that left the pool with our marks on it (its
     `in_pool` false): its Kubernetes, journal and Slurm state and its condition, for
@@ -563,6 +565,8 @@ def status_rows(
         if pod.node and pod.phase in ("Pending", "Running") and is_application_pod(pod, policy):
             app_pods[pod.node] = app_pods.get(pod.node, 0) + 1
     reconciled = reconciled or {}
+    markers = markers or HandoverMarkers()
+    with_slurmd = {pod.node for pod in pods if pod.slurmd and pod.node}
     rows = []
     for node in sorted(nodes, key=lambda n: n.name):
         item = reconciled.get(node.name)
@@ -598,14 +602,12 @@ def status_rows(
                 "condition": item.condition if item else "",
                 "resolution": item.resolution if item else "",
                 "emergency": bool(item and item.emergency),
-                "lend_label": bool(item and item.evidence.label),
-                "taint": bool(item and item.evidence.taint),
-                "slurmd": bool(item and item.evidence.slurmd),
+                "lend_label": node.labels.get(markers.lend_label) == markers.lend_label_value,
+                "taint": (markers.taint_key, markers.taint_effect) in node.taints,
+                "slurmd": node.name in with_slurmd,
                 # The Slinky operator's own drain ("slurm-operator: Pod ... scale-in").
                 "operator_drain": slurm.reason
-                if slurm is not None
-                and item is not None
-                and item.evidence.slurm == SlurmRecord.DRAINED_OPERATOR
+                if slurm_record(slurm, markers) == SlurmRecord.DRAINED_OPERATOR and slurm
                 else "",
             }
         )

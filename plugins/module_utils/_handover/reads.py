@@ -133,7 +133,7 @@ def read_plan(
         if check_partitions is not None
         else []
     )
-    result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now, reconciled)
+    result["status"] = status_rows(nodes, pods, slurm_nodes, policy, now, reconciled, markers)
     orphaned = orphans(nodes, slurm_nodes, features, pods)
     apps_on_lent = application_pods_on_lent_nodes(nodes, pods, policy)
     result["orphans"] = [orphan.as_dict() for orphan in orphaned]

@@ -425,7 +425,8 @@ def test_reconcile_reads_each_nodes_evidence_and_counts_only_lendable_records() 
         "svc01": SlurmNodeView("svc01", features=frozenset({"services"})),
     }
     found = reconcile(nodes, pods, slurm, POLICY, MARKERS, ["interactive"])
-    assert sorted(found) == ["int01", "int02", "old01"]  # svc01: not ours, not the pool's
+    # int02 agrees (left out); svc01 is not ours, nor the pool's.
+    assert sorted(found) == ["int01", "old01"]
     assert (found["int01"].condition, found["int01"].resolution) == (
         Condition.SLURM_AND_APPS,
         Resolution.RECLAIM,
@@ -434,18 +435,22 @@ def test_reconcile_reads_each_nodes_evidence_and_counts_only_lendable_records() 
     assert found["int01"].evidence.jobs == (7,) and found["int01"].evidence.apps == (
         "jupyterhub/nb",
     )
-    assert (found["int02"].condition, found["int02"].resolution) == ("", "")
     assert found["old01"].condition == Condition.LEFT_THE_POOL
     # A record of another NodeSet's feature is not the pool node's.
-    other = {"int02": dataclasses.replace(slurm["int02"], features=frozenset({"hpc"}))}
-    found = reconcile(nodes[1:2], pods, other, POLICY, MARKERS, ["interactive"])
-    assert found["int02"].evidence.slurm == SlurmRecord.NONE
+    free = a_node("int03")
+    other = {
+        "int03": dataclasses.replace(slurm["int02"], name="int03", features=frozenset({"hpc"}))
+    }
+    assert reconcile([free], [], other, POLICY, MARKERS, ["interactive"]) == {}
+    # Of a lendable NodeSet, the same record is an orphan's.
+    assert reconcile([free], [], other, POLICY, MARKERS, ["hpc"])["int03"].condition == (
+        Condition.ORPHAN_RECORD
+    )
 
 
 def test_without_the_nodes_marks_the_journal_stands_for_them() -> None:
     lent = a_node("int01", "lent")  # a view built without labels or taints
-    found = reconcile([lent], [], {}, POLICY, MARKERS, marks_known=False)
-    assert (found["int01"].condition, found["int01"].resolution) == ("", "")
+    assert reconcile([lent], [], {}, POLICY, MARKERS, marks_known=False) == {}
     found = reconcile([lent], [], {}, POLICY, MARKERS)
     assert found["int01"].condition == Condition.JOURNAL_LENT_NO_LABEL
 
