@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import typing as t
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -147,34 +148,51 @@ def demanded_nodes(
 
     A pod larger than the shape still counts one node: it shows demand the pool may not meet.
     Counting stops past `limit` (a plan never needs to know more than the pool can give).
+    Pods of one size go in together: first-fit puts each where the one before it went or
+    later, so a bin takes as many as fit at once (a burst of 60,000 notebook pods is a few
+    sizes, not 60,000 scans).
     """
     if not pending:
         return 0
-    smallest = (min(p.cpu_m for p in pending), min(p.memory_b for p in pending))
+    sizes = Counter((p.cpu_m, p.memory_b) for p in pending)
+    smallest = (min(cpu for cpu, _ in sizes), min(memory for _, memory in sizes))
     opened = 0
     open_bins: list[list[int]] = []  # room left in bins that can still take the smallest pod
-    for pod in sorted(
-        pending, key=lambda p: (p.cpu_m, p.memory_b, p.namespace, p.name), reverse=True
-    ):
-        fit = next(
-            (
-                i
-                for i, room in enumerate(open_bins)
-                if pod.cpu_m <= room[0] and pod.memory_b <= room[1]
-            ),
-            None,
+
+    def how_many(room: list[int], size: tuple[int, int], count: int) -> int:
+        return min(
+            room[0] // size[0] if size[0] else count,
+            room[1] // size[1] if size[1] else count,
+            count,
         )
-        if fit is None:
+
+    def full(room: list[int]) -> bool:
+        return room[0] < smallest[0] or room[1] < smallest[1]
+
+    for size, of_size in sorted(sizes.items(), reverse=True):
+        left = of_size
+        index = 0
+        while left and index < len(open_bins):
+            room = open_bins[index]
+            fit = how_many(room, size, left)
+            if not fit:
+                index += 1
+                continue
+            room[0] -= fit * size[0]
+            room[1] -= fit * size[1]
+            left -= fit
+            if full(room):
+                del open_bins[index]
+        while left:
             opened += 1
             if limit is not None and opened > limit:
                 return opened
-            open_bins.append([shape[0], shape[1]])
-            fit = len(open_bins) - 1
-        room = open_bins[fit]
-        room[0] = max(room[0] - pod.cpu_m, 0)
-        room[1] = max(room[1] - pod.memory_b, 0)
-        if room[0] < smallest[0] or room[1] < smallest[1]:
-            del open_bins[fit]  # full for every pod that is left
+            room = [shape[0], shape[1]]
+            fit = max(how_many(room, size, left), 1)  # a pod larger than the node, alone
+            room = [max(room[0] - fit * size[0], 0), max(room[1] - fit * size[1], 0)]
+            left -= fit
+            if not full(room):
+                open_bins.append(room)
     return opened
 
 
@@ -182,12 +200,14 @@ def reclaim_cost(slurm: SlurmNodeView | None, policy: Policy) -> tuple[t.Any, ..
     """Sort key: cheapest node to take back first."""
     if slurm is None:
         return (0, 0, 0.0, 0)
+    # A partition's policy once per node, not once per job: a plan ranks every lent node.
     waits = any(
-        policy.partition(job.partition).escalation == EscalationPolicy.WAIT for job in slurm.jobs
+        policy.partition(partition).escalation == EscalationPolicy.WAIT
+        for partition in {job.partition for job in slurm.jobs}
     )
-    busy = slurm.busy
-    ends = [job.end_time if job.end_time is not None else math.inf for job in slurm.jobs]
-    return (int(waits), int(busy), max(ends, default=0.0), len(slurm.jobs))
+    ends = [job.end_time for job in slurm.jobs]
+    end = math.inf if None in ends else max(t.cast("list[float]", ends), default=0.0)
+    return (int(waits), int(slurm.busy), end, len(slurm.jobs))
 
 
 # Why a node that left the pool with our marks on it is not planned.

@@ -217,6 +217,52 @@ def test_first_fit_packs_small_pods() -> None:
     assert demanded_nodes(pods, (32000, 256 * GIB)) == 2
 
 
+def first_fit_one_pod_at_a_time(
+    pods: list[PodView], shape: tuple[int, int], limit: int | None
+) -> int:
+    """First-fit decreasing as written out, one pod and one scan of the bins at a time."""
+    if not pods:
+        return 0
+    smallest = (min(p.cpu_m for p in pods), min(p.memory_b for p in pods))
+    opened, bins = 0, []
+    for pod in sorted(pods, key=lambda p: (p.cpu_m, p.memory_b), reverse=True):
+        fit = next(
+            (i for i, r in enumerate(bins) if pod.cpu_m <= r[0] and pod.memory_b <= r[1]), None
+        )
+        if fit is None:
+            opened += 1
+            if limit is not None and opened > limit:
+                return opened
+            bins.append([shape[0], shape[1]])
+            fit = len(bins) - 1
+        room = bins[fit]
+        room[0], room[1] = max(room[0] - pod.cpu_m, 0), max(room[1] - pod.memory_b, 0)
+        if room[0] < smallest[0] or room[1] < smallest[1]:
+            del bins[fit]
+    return opened
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(
+        st.tuples(
+            st.sampled_from([0, 500, 1000, 3000, 8000, 40000]), st.sampled_from([0, 1, 3, 8, 300])
+        ),
+        max_size=40,
+    ),
+    limit=st.one_of(st.none(), st.integers(0, 10)),
+)
+def test_pods_of_one_size_placed_together_need_what_first_fit_says(
+    sizes: list[tuple[int, int]], limit: int | None
+) -> None:
+    pods = [
+        dataclasses.replace(app_pod(f"p{i}", cpu_m=cpu), memory_b=gib * GIB)
+        for i, (cpu, gib) in enumerate(sizes)
+    ]
+    shape = (32000, 256 * GIB)
+    assert demanded_nodes(pods, shape, limit) == first_fit_one_pod_at_a_time(pods, shape, limit)
+
+
 @pytest.mark.parametrize(
     ("policy", "setting"),
     [
