@@ -513,10 +513,13 @@ class K8sLab(RunDirState):
                 f"--root-ca-file={pki / 'ca.crt'}",
                 # Each controller acts as its own service account, as on kubeadm clusters.
                 "--use-service-account-credentials=true",
-                # kwok shares two cores with everything else and its heartbeats can lag; a
-                # node marked NotReady gets the unreachable NoExecute taint, and the Slinky
-                # operator then deletes its slurmd pod. Real kubelets do not starve so.
-                "--node-monitor-grace-period=180s",
+                # kwok shares two cores with everything else and its heartbeats can lag for
+                # minutes (a cold `make test` saw every node NotReady at once). The node
+                # lifecycle controller then taints the nodes (the Slinky operator deletes
+                # their slurmd pods) and marks their pods not Ready, which kwok never marks
+                # back, so a NodeSet stayed at 0 ready replicas. Real kubelets do not starve
+                # so, and no test needs a node to go NotReady: the controller is off.
+                "--controllers=*,-node-lifecycle-controller",
                 "--profiling=false",
             ],
             "kube-scheduler": [
