@@ -514,12 +514,13 @@ class K8sLab(RunDirState):
                 # Each controller acts as its own service account, as on kubeadm clusters.
                 "--use-service-account-credentials=true",
                 # kwok shares two cores with everything else and its heartbeats can lag for
-                # minutes (a cold `make test` saw every node NotReady at once). The node
-                # lifecycle controller then taints the nodes (the Slinky operator deletes
-                # their slurmd pods) and marks their pods not Ready, which kwok never marks
-                # back, so a NodeSet stayed at 0 ready replicas. Real kubelets do not starve
-                # so, and no test needs a node to go NotReady: the controller is off.
-                "--controllers=*,-node-lifecycle-controller",
+                # minutes (a cold `make test` saw every node NotReady at once, past 180 s).
+                # A node marked NotReady gets the unreachable NoExecute taint (the Slinky
+                # operator deletes its slurmd pod) and its pods are marked not Ready, which
+                # kwok never marks back, so a NodeSet stayed at 0 ready replicas. Real
+                # kubelets do not starve so, and no test needs a node to go NotReady. (The
+                # controller itself stays: it lifts the not-ready taint of new Nodes.)
+                "--node-monitor-grace-period=3600s",
                 "--profiling=false",
             ],
             "kube-scheduler": [
