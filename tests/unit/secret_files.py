@@ -24,6 +24,7 @@ import contextlib
 import fnmatch
 import shutil
 import tempfile
+import typing as t
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -95,3 +96,9 @@ def report_secrets_removed(terminalreporter: object, config: pytest.Config) -> N
         )
         for name in removed:
             write(f"  {name}")
+
+
+def pytest_terminal_summary(
+    terminalreporter: t.Any, exitstatus: int, config: pytest.Config
+) -> None:
+    report_secrets_removed(terminalreporter, config)

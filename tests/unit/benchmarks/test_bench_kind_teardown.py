@@ -153,7 +153,11 @@ def test_a_failed_case_is_a_row_with_its_reason_and_the_report_still_prints(caps
 
     results.run("recipe", 3, recipe_trial)
     results.run("idle", 2, lambda _n: bench.Trial(seconds=1.2, ran=True))
-    results.run("events", 2, lambda _n: (_ for _ in ()).throw(RuntimeError("no rulebook")))
+
+    def no_rulebook(_number: int) -> bench.Trial:
+        raise RuntimeError("no rulebook")
+
+    results.run("events", 2, no_rulebook)
     args = bench.argparse.Namespace(grace=10, cases=list(bench.CASES))
     bench.print_report(results, args)
     out = capsys.readouterr().out
