@@ -79,7 +79,8 @@ def test_rows_and_table_per_pool_node() -> None:
         "gpu01  Ready,cordoned,never-touch  1     free                        -      -            0     -    -               -",
         "int01  Ready                       0     reclaiming (deadline 270s)  30s    DRAIN+MIXED  1     op1  -               -",
         # The operator's drain is shown with its reason (no condition: a pod being replaced).
-        "int02  Ready                       0     lent                        2h05m  DRAIN+IDLE   0     op2  -               drained by Slinky: slurm-operator: Pod is terminating",
+        "int02  Ready                       0     lent                        2h05m  DRAIN+IDLE   0     op2  -               "
+        "drained by Slinky: slurm-operator: Pod is terminating",
         "int03  Ready,cordoned              0     free                        1m     -            0     op3  hw: ECC errors  -",
         "int04  Ready                       0     lent                        1m     DRAIN+IDLE   0     op4  hw: DIMM B2     -",
     ]
