@@ -155,7 +155,7 @@ def demanded_nodes(
     if not pending:
         return 0
     sizes = Counter((p.cpu_m, p.memory_b) for p in pending)
-    smallest = (min(cpu for cpu, _ in sizes), min(memory for _, memory in sizes))
+    smallest = (min(size[0] for size in sizes), min(size[1] for size in sizes))
     opened = 0
     open_bins: list[list[int]] = []  # room left in bins that can still take the smallest pod
 
