@@ -20,7 +20,7 @@ import pytest
 from ansible_runner import LAB_INVENTORY, REPO, run_playbook, run_task
 from k8s_lab import K8sLab
 from slurm_pods import REST_ADDRESS, SlinkyRest
-from toolbox import wait_until
+from toolbox import LabError, wait_until
 
 LENDABLE = ("int01", "int02")
 APPS = "jupyterhub"
@@ -225,7 +225,36 @@ class Pool:
 
     def submit(self, node: str | None, seconds: int, *, partition: str = "backfill") -> int:
         """A requeue-able job in `partition` that runs on `node` (named in the job), or
-        wherever Slurm puts it (node None), once it runs."""
+        wherever Slurm puts it (node None), once it runs.
+
+        In this lab the operator may replace a lent node's slurmd pod just after the job
+        started (kwok marks pods Ready before slurmd registers: docs/lab.md), and Slurm
+        requeues the job with a begin time minutes away. Such a job is cancelled and the job
+        submitted once more, on the node as the operator sees it idle again."""
+        job_id = self._submit(node, seconds, partition)
+        try:
+            self._wait_running(job_id)
+        except LabError:
+            if self.job(job_id).get("state_reason") != "BeginTime":
+                raise
+            self.slurm.request("DELETE", f"/slurm/{self.slurm.api}/job/{job_id}")
+            if node:
+                self.idle_slurm_node(node)
+            job_id = self._submit(node, seconds, partition)
+            self._wait_running(job_id)
+        if node:
+            assert self.job(job_id)["nodes"] == node
+        return job_id
+
+    def _wait_running(self, job_id: int) -> None:
+        wait_until(
+            lambda: "RUNNING" in self.job(job_id)["job_state"],
+            30,
+            f"job {job_id} runs",
+            lambda: {k: self.job(job_id).get(k) for k in ("job_state", "state_reason", "nodes")},
+        )
+
+    def _submit(self, node: str | None, seconds: int, partition: str) -> int:
         status, body = self.slurm.request(
             "POST",
             f"/slurm/{self.slurm.api}/job/submit",
@@ -243,16 +272,7 @@ class Pool:
             user="alice",
         )
         assert status == 200 and not body.get("errors"), body
-        job_id = int(body["job_id"])
-        wait_until(
-            lambda: "RUNNING" in self.job(job_id)["job_state"],
-            30,
-            f"job {job_id} runs",
-            lambda: {k: self.job(job_id).get(k) for k in ("job_state", "state_reason", "nodes")},
-        )
-        if node:
-            assert self.job(job_id)["nodes"] == node
-        return job_id
+        return int(body["job_id"])
 
     def queue(self, **job: t.Any) -> int:
         """A job in backfill (fields of job_desc override), left pending: submit() waits
