@@ -39,6 +39,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import typing as t
 from collections import Counter
@@ -94,13 +95,7 @@ class Mend:
     emergency: bool = False
 
     def as_dict(self) -> dict[str, t.Any]:
-        return {
-            "node": self.node,
-            "condition": self.condition,
-            "action": self.action,
-            "reason": self.reason,
-            "emergency": self.emergency,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

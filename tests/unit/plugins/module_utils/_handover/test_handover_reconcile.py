@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
+import typing as t
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_handover_plan import node
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     CONDITIONS,
@@ -21,7 +22,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     RUN_RESOLUTIONS,
     UNDER_WAY,
     Condition,
-    Journal,
     JournalState,
     Policy,
     Resolution,
@@ -57,7 +57,6 @@ LABEL = {"hpcops.io/slurm-lent": "true"}
 TAINT = ("hpcops.io/lent", "NoSchedule")
 MARKERS = HandoverMarkers()
 POLICY = Policy(pool_selector=POOL, never_touch_selector=NEVER, headroom=0, lend_min_idle_s=0)
-GIB = 1024**3
 
 F, LG, LT, RC, CO = (
     JournalState.FREE,
@@ -374,18 +373,12 @@ def a_node(
     labels: dict[str, str] | None = None,
     taint: bool = False,
     unschedulable: bool = False,
-    **journal: object,
+    **journal: t.Any,
 ) -> NodeView:
-    text = (
-        json.dumps({"state": state, "op": "op1", **journal}) if state != "free" or journal else None
-    )
-    return NodeView(
-        name=name,
-        labels=POOL if labels is None else labels,
+    """The planner tests' node, with our taint and a cordon when asked."""
+    return dataclasses.replace(
+        node(name, state, labels=labels, **journal),
         unschedulable=unschedulable,
-        journal=Journal.parse(text),
-        cpu_m=32000,
-        memory_b=256 * GIB,
         taints=frozenset({TAINT}) if taint else frozenset(),
     )
 
