@@ -118,6 +118,20 @@ class Pool:
         pods = self.lab.get(f"/api/v1/namespaces/slurm/pods?fieldSelector=spec.nodeName%3D{name}")
         return [p["metadata"]["name"] for p in pods["items"]]
 
+    def slurmd_ready(self, name: str) -> bool:
+        """A slurmd pod on the node is Ready: its slurmd answers the chart's readiness probe
+        (the lab's pod runner probes it as a kubelet does), so it has registered with Slurm."""
+        pods = self.lab.get(
+            f"/api/v1/namespaces/slurm/pods?fieldSelector=spec.nodeName%3D{name}"
+            "&labelSelector=app.kubernetes.io%2Fname%3Dslurmd"
+        )["items"]
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for pod in pods
+            if not pod["metadata"].get("deletionTimestamp")
+            for c in pod["status"].get("conditions") or []
+        )
+
     def app_pod(
         self,
         name: str,

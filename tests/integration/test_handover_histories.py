@@ -130,23 +130,7 @@ def the_run(pool: Pool, tmp_path: Path, playbook: str = "rebalance", **extra: t.
 # -- the Node deleted and restored with our marks ---------------------------------------
 
 
-# In the lab a history does not always hold until the run: status names the condition, then
-# the rebalance finds nothing to do (each of these failed in 1 or 2 of 4 runs here). kwok
-# marks slurmd pods Ready before slurmd registers, the operator replaces such pods, and the
-# new dynamic node registers without the drain or the job the history needs. Not strict: a
-# pass is a pass; the conditions themselves are proven by the unit tests of reconcile.
-LAB_CHANGES_THE_HISTORY = pytest.mark.xfail(
-    strict=False,
-    reason="the lab's slurmd may be replaced between status and the run, and the evidence "
-    "changes under the test (issue 41: a steadier lab history is the next step)",
-)
-
-
-@pytest.mark.parametrize(
-    "job",
-    [True, pytest.param(False, marks=LAB_CHANGES_THE_HISTORY)],
-    ids=["running-job", "idle"],
-)
+@pytest.mark.parametrize("job", [True, False], ids=["running-job", "idle"])
 def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_back(
     clean_pool: Pool, tmp_path: Path, job: bool
 ) -> None:
@@ -164,9 +148,8 @@ def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_ba
     assert pool.journal("int01")["state"] == "lent" and pool.marks("int01") == (True, True)
     # The operator starts slurmd again (the label selects the node). A dynamic node that
     # registers anew may come back without its drain; as the history had it, Slurm keeps
-    # the node drained as an orphan.
-    wait_until(lambda: pool.slurmd_pods("int01"), 60, "slurmd on int01 again")
-    wait_until(lambda: pool.slurm_node("int01"), 60, "int01 in Slurm again")
+    # the node drained as an orphan: drained again once slurmd has registered.
+    wait_until(lambda: pool.slurmd_ready("int01"), 60, "slurmd on int01 again, Ready")
     drain_as_orphan(pool, "int01")
     wait_until(
         lambda: "DRAIN" in (pool.slurm_node("int01") or {}).get("state", []),
@@ -194,7 +177,6 @@ def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_ba
 # -- the Node registered again by its kubelet, with the lent label and no journal -------
 
 
-@LAB_CHANGES_THE_HISTORY
 def test_a_node_back_without_journal_and_taint_with_a_job_and_an_app_pod_is_an_emergency(
     clean_pool: Pool, tmp_path: Path
 ) -> None:

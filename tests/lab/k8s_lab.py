@@ -12,7 +12,9 @@
   with their own token kubeconfigs and ``--leader-elect=false``;
 * kwok (health on ``127.0.0.1:16480``), which keeps the lab's Node objects Ready and moves
   pods scheduled onto them to Running; it manages only nodes annotated
-  ``kwok.x-k8s.io/node=fake``.
+  ``kwok.x-k8s.io/node=fake``.  Its pod stages (``kwok-stages.yaml``, see ``pod_stages``)
+  leave a slurmd pod not Ready: the pod runner probes the real slurmd's ``/readyz`` as a
+  kubelet would, and marks the pod Ready then.
 
 The nodes are shaped like a site (see NODES): an interactive pool, two of its nodes with
 four A100 GPUs each and GPU feature discovery labels; a dedicated Slurm pool; a burst pool
@@ -214,6 +216,130 @@ class LabNode:
                 },
             },
         }
+
+
+# The label the Slinky operator puts on slurmd pods (its WorkerApp, 1.1 and 1.2 alike).
+SLURMD_POD_LABEL = ("app.kubernetes.io/name", "slurmd")
+KWOK_STAGES_FILE = "kwok-stages.yaml"
+
+
+def pod_stages() -> list[dict[str, Any]]:
+    """kwok's pod lifecycle for the lab, as kwok Stage objects: a pod bound to a kwok node
+    runs at once, a Job's pod then succeeds, a deleted pod goes.
+
+    A slurmd pod runs but is not Ready: where kwok would mark it Ready before slurmd has
+    started, the Slinky operator deletes it as "healthy but not registered" (docs/lab.md)
+    and a job that just started there is requeued. The pod runner marks it Ready when the
+    real slurmd answers its readiness probe. kwok uses its own pod stages only when a
+    configuration names none, so all of them are here."""
+    slurmd_key, slurmd_value = SLURMD_POD_LABEL
+    label = f'.metadata.labels["{slurmd_key}"]'
+    live = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+    unstarted = {"key": ".status.podIP", "operator": "DoesNotExist"}
+
+    def running(ready: str) -> str:
+        # A Go template kwok renders into the pod's status.
+        return "\n".join(
+            [
+                "{{ $now := Now }}",
+                "phase: Running",
+                "startTime: {{ $now | Quote }}",
+                "hostIP: {{ NodeIPWith .spec.nodeName | Quote }}",
+                "podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) "
+                '( or .metadata.uid "" ) ( or .metadata.name "" ) '
+                '( or .metadata.namespace "" ) | Quote }}',
+                "conditions:",
+                *(
+                    f"- {{type: {kind}, status: {status!r}, "
+                    "lastTransitionTime: {{ $now | Quote }}}"
+                    for kind, status in (
+                        ("Initialized", "True"),
+                        ("PodScheduled", "True"),
+                        ("ContainersReady", ready),
+                        ("Ready", ready),
+                    )
+                ),
+                "containerStatuses:",
+                "{{ range .spec.containers }}",
+                "- name: {{ .name | Quote }}",
+                "  image: {{ .image | Quote }}",
+                f"  ready: {ready.lower()}",
+                "  started: true",
+                "  restartCount: 0",
+                "  state: {running: {startedAt: {{ $now | Quote }}}}",
+                "{{ end }}",
+                "initContainerStatuses:",
+                "{{ range .spec.initContainers }}",
+                "- name: {{ .name | Quote }}",
+                "  image: {{ .image | Quote }}",
+                "  ready: true",
+                "  restartCount: 0",
+                '  {{ if eq .restartPolicy "Always" }}',
+                "  started: true",
+                "  state: {running: {startedAt: {{ $now | Quote }}}}",
+                "  {{ else }}",
+                "  state: {terminated: {exitCode: 0, reason: Completed, "
+                "startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}}",
+                "  {{ end }}",
+                "{{ end }}",
+            ]
+        )
+
+    def stage(name: str, selector: list[dict[str, Any]], next_: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+                "selector": {"matchExpressions": selector},
+                "next": next_,
+            },
+        }
+
+    return [
+        stage(
+            "pod-running",
+            [live, unstarted, {"key": label, "operator": "NotIn", "values": [slurmd_value]}],
+            {"statusTemplate": running("True")},
+        ),
+        stage(
+            "slurmd-pod-running",
+            [live, unstarted, {"key": label, "operator": "In", "values": [slurmd_value]}],
+            {"statusTemplate": running("False")},
+        ),
+        stage(
+            "job-pod-succeeded",
+            [
+                live,
+                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
+            ],
+            {
+                "statusTemplate": "\n".join(
+                    [
+                        "{{ $now := Now }}",
+                        "phase: Succeeded",
+                        "containerStatuses:",
+                        "{{ range .spec.containers }}",
+                        "- name: {{ .name | Quote }}",
+                        "  image: {{ .image | Quote }}",
+                        "  ready: false",
+                        "  started: false",
+                        "  restartCount: 0",
+                        "  state: {terminated: {exitCode: 0, reason: Completed, "
+                        "startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}}",
+                        "{{ end }}",
+                    ]
+                )
+            },
+        ),
+        stage(
+            "pod-deleted",
+            [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
+            {"finalizers": {"empty": True}, "delete": True},
+        ),
+    ]
 
 
 NODES = (
@@ -535,6 +661,7 @@ class K8sLab(RunDirState):
             "kwok": [
                 binaries["kwok"],
                 f"--kubeconfig={run / 'kwok.kubeconfig'}",
+                f"--config={run / KWOK_STAGES_FILE}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
                 f"--cidr={POD_CIDR}",
@@ -647,6 +774,9 @@ class K8sLab(RunDirState):
         (self.run_dir / "log").mkdir(parents=True)
         (self.run_dir / "etcd").mkdir(mode=0o700)
         make_pki(self.pki)
+        (self.run_dir / KWOK_STAGES_FILE).write_text(
+            "".join(f"---\n{json.dumps(stage, indent=2)}\n" for stage in pod_stages())
+        )
         tokens = {user: secrets.token_urlsafe(32) for user in TOKEN_USERS}
         write_private(self.run_dir / "tokens.csv", token_file(tokens))
         for component, user in COMPONENT_USERS.items():

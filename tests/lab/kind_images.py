@@ -797,14 +797,16 @@ def prepare(nice_after_lab: int = 0) -> float:
         roots = background.submit(prepare_roots)
         # The lab's own binaries first, one lock at a time: a lab test that needs them then
         # either finds them built or takes the lock between two builds, never waits on ours.
-        lab_first = [name for name in k8s_binaries.BINARIES if name not in KIND_BINARIES]
-        for name in lab_first:
-            k8s_binaries.ensure([name])
-        # The release the lab deploys, then the older line (the upgrade test's).
-        for version in sorted(
-            k8s_binaries.SLINKY_VERSIONS, key=lambda v: v != k8s_binaries.LAB_SLINKY_VERSION
-        ):
-            k8s_binaries.ensure_slinky([version])
+        # helm before them (the Slurm lane's mirror test waits on it from its first minutes),
+        # then what `k8s_lab.py up` needs and the release the lab deploys; what single tests
+        # ask for later (pushgateway, the upgrade test's older line) last.
+        import k8s_lab  # noqa: PLC0415 - the lab's module is for this one call only
+
+        k8s_binaries.ensure(["helm"])
+        k8s_binaries.ensure([*k8s_lab.BINARY_COMPONENTS, *k8s_lab.CLIENT_TOOLS])
+        k8s_binaries.ensure_slinky([k8s_binaries.LAB_SLINKY_VERSION])
+        k8s_binaries.ensure([n for n in k8s_binaries.BINARIES if n not in KIND_BINARIES])
+        k8s_binaries.ensure_slinky(k8s_binaries.SLINKY_VERSIONS)
         os.nice(nice_after_lab)
         for name in KIND_BINARIES:
             k8s_binaries.ensure([name])

@@ -15,7 +15,10 @@ Known pods (by the last path element of a container image's repository):
   makes the operator reach slurmrestd at ``http://localhost:6820`` instead of a Service
   name that only cluster DNS resolves.
 * ``slurmctld``, ``slurmrestd``, ``slurmd``: the real Slurm 26.05 daemons, see
-  ``slurm_pods.py`` (their volumes, network namespaces and hostnames).
+  ``slurm_pods.py`` (their volumes, network namespaces and hostnames).  kwok leaves a slurmd
+  pod not Ready (``k8s_lab.pod_stages``); the runner marks it Ready once slurmd answers the
+  chart's readiness probe (``GET /readyz`` on its ``slurmd`` port), and not Ready when
+  slurmd exits, as a kubelet does.
 
 The runner is started by ``k8s_lab.py up`` and stopped by ``k8s_lab.py down``; it writes
 one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
@@ -28,6 +31,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,11 @@ TOKEN_LIFETIME_S = 24 * 3600
 # Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
 OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
 OPERATOR_METRICS_ADDR = "127.0.0.1:16482"
+# slurmd's port when its container names none (Slurm's default SlurmdPort).
+SLURMD_PORT = 6818
+PROBE_TIMEOUT_S = 1.0
+# A kubelet probes the pod directly, whatever proxy the environment names.
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def log(message: str) -> None:
@@ -97,6 +107,9 @@ class RunningPod:
     restarts: int = 0
     next_start: float = 0.0
     files: list[Path] = field(default_factory=list)
+    # The readiness probe's URL, for pods whose readiness the runner reports.
+    ready_url: str | None = None
+    ready: bool = False
 
 
 class PodRunner:
@@ -127,6 +140,7 @@ class PodRunner:
             env=slurm.env,
             log_path=self.log_dir / f"{meta['namespace']}_{meta['name']}.log",
             slurm=slurm,
+            ready_url=readiness_url(pod, slurm),
         )
 
     def operator_spec(self, pod: dict[str, Any], container: dict[str, Any]) -> RunningPod:
@@ -236,7 +250,11 @@ class PodRunner:
 
     def keep_running(self, pod: RunningPod) -> None:
         if pod.process is not None and pod.process.poll() is None:
+            if pod.ready_url and not pod.ready and probe(pod.ready_url):
+                self.report_ready(pod, ready=True)
             return
+        if pod.ready:
+            self.report_ready(pod, ready=False)
         if pod.process is not None:
             log(f"{pod.name} exited with {pod.process.returncode}; see {pod.log_path}")
             pod.process = None
@@ -260,6 +278,38 @@ class PodRunner:
             )
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
         log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")
+
+    def report_ready(self, pod: RunningPod, *, ready: bool) -> None:
+        """The pod's Ready and ContainersReady conditions and its containers' ready flags,
+        as a kubelet writes them after a probe."""
+        namespace, name = pod.name.split("/", 1)
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+        status, body = self.lab.request("GET", path)
+        if status != 200 or not isinstance(body, dict):
+            log(f"{pod.name}: cannot read its status to mark it ready={ready}: {status}")
+            return
+        value = "True" if ready else "False"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {
+            "status": {
+                "conditions": [
+                    {"type": kind, "status": value, "lastTransitionTime": now}
+                    for kind in ("ContainersReady", "Ready")
+                ],
+                # A list without a merge key in PodStatus: the patch replaces it whole.
+                "containerStatuses": [
+                    {**c, "ready": ready} for c in body["status"].get("containerStatuses") or []
+                ],
+            }
+        }
+        status, body = self.lab.request(
+            "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
+        )
+        if status != 200:
+            log(f"{pod.name}: marking it ready={ready} answered {status}: {body}")
+            return
+        pod.ready = ready
+        log(f"{pod.name}: {'Ready' if ready else 'not Ready'} ({pod.ready_url})")
 
     def stop(self, pod: RunningPod, *, hooks: bool = True) -> None:
         process = pod.process
@@ -310,6 +360,29 @@ class PodRunner:
 
     def on_signal(self, signum: int, _frame: object) -> None:
         self.stopping = True
+
+
+def readiness_url(pod: dict[str, Any], slurm: SlurmPod) -> str | None:
+    """Where a kubelet would send a slurmd pod's readiness probe: slurmd's HTTP endpoint on
+    the pod's address and its container's `slurmd` port (the Slinky chart's probe)."""
+    if slurm.kind != "slurmd" or not slurm.address:
+        return None
+    ports = [
+        port.get("containerPort")
+        for container in pod["spec"].get("containers", [])
+        for port in container.get("ports") or []
+        if port.get("name") == "slurmd"
+    ]
+    return f"http://{slurm.address}:{ports[0] if ports else SLURMD_PORT}/readyz"
+
+
+def probe(url: str) -> bool:
+    """An HTTP readiness probe: success on any 2xx or 3xx answer, as a kubelet counts it."""
+    try:
+        with NO_PROXY.open(url, timeout=PROBE_TIMEOUT_S) as answer:
+            return 200 <= answer.status < 400
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
