@@ -17,8 +17,9 @@ Known pods (by the last path element of a container image's repository):
 * ``slurmctld``, ``slurmrestd``, ``slurmd``: the real Slurm 26.05 daemons, see
   ``slurm_pods.py`` (their volumes, network namespaces and hostnames).  kwok leaves a slurmd
   pod not Ready (``k8s_lab.pod_stages``); the runner marks it Ready once slurmd answers the
-  chart's readiness probe (``GET /readyz`` on its ``slurmd`` port), and not Ready when
-  slurmd exits, as a kubelet does.
+  chart's readiness probe (``GET /readyz`` on its ``slurmd`` port) and not Ready when
+  slurmd exits, and writes that again whenever the pod's status says otherwise, as a
+  kubelet does.
 
 The runner is started by ``k8s_lab.py up`` and stopped by ``k8s_lab.py down``; it writes
 one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
@@ -232,8 +233,10 @@ class PodRunner:
         if time.monotonic() >= self.next_refresh:
             self.next_refresh = time.monotonic() + REFRESH_S
             self.refresh_volumes(wanted)
-        for pod in self.pods.values():
+        for uid, pod in self.pods.items():
             self.keep_running(pod)
+            if pod.ready_url:
+                self.keep_readiness(pod, wanted[uid])
 
     def refresh_volumes(self, manifests: dict[str, dict[str, Any]]) -> None:
         """New ConfigMap and Secret contents into the Slurm pods' files; reconfigure slurmctld."""
@@ -250,11 +253,7 @@ class PodRunner:
 
     def keep_running(self, pod: RunningPod) -> None:
         if pod.process is not None and pod.process.poll() is None:
-            if pod.ready_url and not pod.ready and probe(pod.ready_url):
-                self.report_ready(pod, ready=True)
             return
-        if pod.ready:
-            self.report_ready(pod, ready=False)
         if pod.process is not None:
             log(f"{pod.name} exited with {pod.process.returncode}; see {pod.log_path}")
             pod.process = None
@@ -279,16 +278,25 @@ class PodRunner:
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
         log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")
 
-    def report_ready(self, pod: RunningPod, *, ready: bool) -> None:
+    def keep_readiness(self, pod: RunningPod, manifest: dict[str, Any]) -> None:
+        """Probe until the program is ready, and keep the pod's status saying what the probe
+        found, as a kubelet's status manager does: another writer of the pod's conditions
+        (the Slinky operator patches its own in from an older copy) may undo ours."""
+        if pod.process is None or pod.process.poll() is not None:
+            pod.ready = False
+        elif not pod.ready:
+            pod.ready = probe(pod.ready_url or "")
+        shown = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in manifest["status"].get("conditions") or []
+        )
+        if shown != pod.ready:
+            self.report_ready(pod, manifest)
+
+    def report_ready(self, pod: RunningPod, manifest: dict[str, Any]) -> None:
         """The pod's Ready and ContainersReady conditions and its containers' ready flags,
         as a kubelet writes them after a probe."""
-        namespace, name = pod.name.split("/", 1)
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
-        status, body = self.lab.request("GET", path)
-        if status != 200 or not isinstance(body, dict):
-            log(f"{pod.name}: cannot read its status to mark it ready={ready}: {status}")
-            return
-        value = "True" if ready else "False"
+        value = "True" if pod.ready else "False"
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         patch = {
             "status": {
@@ -298,18 +306,22 @@ class PodRunner:
                 ],
                 # A list without a merge key in PodStatus: the patch replaces it whole.
                 "containerStatuses": [
-                    {**c, "ready": ready} for c in body["status"].get("containerStatuses") or []
+                    {**c, "ready": pod.ready}
+                    for c in manifest["status"].get("containerStatuses") or []
                 ],
             }
         }
+        namespace, name = pod.name.split("/", 1)
         status, body = self.lab.request(
-            "PATCH", path, patch, content_type="application/strategic-merge-patch+json"
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            patch,
+            content_type="application/strategic-merge-patch+json",
         )
         if status != 200:
-            log(f"{pod.name}: marking it ready={ready} answered {status}: {body}")
+            log(f"{pod.name}: marking it ready={pod.ready} answered {status}: {body}")
             return
-        pod.ready = ready
-        log(f"{pod.name}: {'Ready' if ready else 'not Ready'} ({pod.ready_url})")
+        log(f"{pod.name}: {'Ready' if pod.ready else 'not Ready'} ({pod.ready_url})")
 
     def stop(self, pod: RunningPod, *, hooks: bool = True) -> None:
         process = pod.process

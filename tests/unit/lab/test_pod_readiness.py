@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab's slurmd pods are Ready when slurmd answers its readiness probe, as on a kubelet.
+
+kwok's pod stages (k8s_lab.pod_stages) leave slurmd pods not Ready and every other pod
+Ready; the pod runner probes a running slurmd's /readyz (here: an HTTP server on 127.0.0.1
+that answers 204 or 503, as slurmd does) and keeps the pod's Ready condition saying what
+the probe found, also after another writer (the Slinky operator) put an older copy back.
+"""
+
+from __future__ import annotations
+
+import http.server
+import sys
+import threading
+import typing as t
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
+
+import k8s_lab
+import pod_runner
+
+
+class Slurmd(http.server.BaseHTTPRequestHandler):
+    ready = False
+
+    def do_GET(self) -> None:
+        self.send_response(204 if self.path == "/readyz" and Slurmd.ready else 503)
+        self.end_headers()
+
+    def log_message(self, *_args: t.Any) -> None:
+        pass
+
+
+@pytest.fixture
+def slurmd() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slurmd)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Slurmd.ready = False
+    yield f"http://127.0.0.1:{server.server_address[1]}/readyz"
+    server.shutdown()
+    server.server_close()
+
+
+class Apiserver:
+    """What the runner writes: the PATCHes of pod status."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, t.Any, str]] = []
+
+    def request(self, method: str, path: str, body: t.Any = None, **kwargs: t.Any) -> t.Any:
+        self.patches.append((path, body, kwargs.get("content_type", "")))
+        return 200, {}
+
+
+class Running:
+    """A process that runs (poll() is None) or has exited."""
+
+    def __init__(self, alive: bool = True) -> None:
+        self.alive = alive
+
+    def poll(self) -> int | None:
+        return None if self.alive else 1
+
+
+def manifest(ready: bool) -> dict[str, t.Any]:
+    status = "True" if ready else "False"
+    return {
+        "status": {
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": status},
+            ],
+            "containerStatuses": [{"name": "slurmd", "ready": ready, "state": {"running": {}}}],
+        }
+    }
+
+
+def runner_with(pod: pod_runner.RunningPod) -> tuple[pod_runner.PodRunner, Apiserver]:
+    runner = pod_runner.PodRunner.__new__(pod_runner.PodRunner)
+    apiserver = Apiserver()
+    runner.lab = apiserver
+    runner.pods = {pod.uid: pod}
+    return runner, apiserver
+
+
+def slurmd_pod(url: str, *, alive: bool = True) -> pod_runner.RunningPod:
+    pod = pod_runner.RunningPod(
+        uid="u1", name="slurm/slurm-worker-hpc-0", argv=["slurmd"], env={}, log_path=Path("/x")
+    )
+    pod.ready_url = url
+    pod.process = Running(alive)  # type: ignore[assignment]
+    return pod
+
+
+def test_a_slurmd_that_does_not_answer_ready_leaves_its_pod_not_ready(slurmd: str) -> None:
+    pod = slurmd_pod(slurmd)
+    runner, apiserver = runner_with(pod)
+    runner.keep_readiness(pod, manifest(ready=False))
+    assert apiserver.patches == []
+    assert not pod.ready
+
+
+def test_the_pod_is_marked_ready_once_slurmd_answers_and_its_containers_with_it(
+    slurmd: str,
+) -> None:
+    pod = slurmd_pod(slurmd)
+    runner, apiserver = runner_with(pod)
+    Slurmd.ready = True
+    runner.keep_readiness(pod, manifest(ready=False))
+    [(path, patch, content_type)] = apiserver.patches
+    assert path == "/api/v1/namespaces/slurm/pods/slurm-worker-hpc-0/status"
+    assert content_type == "application/strategic-merge-patch+json"
+    assert {(c["type"], c["status"]) for c in patch["status"]["conditions"]} == {
+        ("Ready", "True"),
+        ("ContainersReady", "True"),
+    }
+    # The whole list, as PodStatus has no merge key for it: the container's state is kept.
+    assert patch["status"]["containerStatuses"] == [
+        {"name": "slurmd", "ready": True, "state": {"running": {}}}
+    ]
+
+
+def test_ready_is_written_again_when_another_writer_put_an_older_status_back(
+    slurmd: str,
+) -> None:
+    pod = slurmd_pod(slurmd)
+    runner, apiserver = runner_with(pod)
+    Slurmd.ready = True
+    runner.keep_readiness(pod, manifest(ready=False))
+    runner.keep_readiness(pod, manifest(ready=True))  # the status as written: nothing to do
+    assert len(apiserver.patches) == 1
+    runner.keep_readiness(pod, manifest(ready=False))  # undone by an older copy
+    assert len(apiserver.patches) == 2
+
+
+def test_a_slurmd_that_exited_makes_its_pod_not_ready(slurmd: str) -> None:
+    pod = slurmd_pod(slurmd, alive=False)
+    pod.ready = True
+    runner, apiserver = runner_with(pod)
+    runner.keep_readiness(pod, manifest(ready=True))
+    [(_path, patch, _type)] = apiserver.patches
+    assert {c["status"] for c in patch["status"]["conditions"]} == {"False"}
+    assert not pod.ready
+
+
+def test_the_probe_is_slurmds_port_on_the_pods_address() -> None:
+    slurm = t.cast(t.Any, type("SlurmPod", (), {"kind": "slurmd", "address": "198.18.28.11"}))
+    pod = {"spec": {"containers": [{"ports": [{"name": "slurmd", "containerPort": 6818}]}]}}
+    assert pod_runner.readiness_url(pod, slurm) == "http://198.18.28.11:6818/readyz"
+    slurm.kind = "slurmctld"
+    assert pod_runner.readiness_url(pod, slurm) is None
+
+
+def test_kwok_leaves_slurmd_pods_not_ready_and_others_ready() -> None:
+    stages = {stage["metadata"]["name"]: stage["spec"] for stage in k8s_lab.pod_stages()}
+    key = '.metadata.labels["app.kubernetes.io/name"]'
+
+    def label_rule(name: str) -> tuple[str, list[str]]:
+        [rule] = [r for r in stages[name]["selector"]["matchExpressions"] if r["key"] == key]
+        return rule["operator"], rule["values"]
+
+    assert label_rule("pod-running") == ("NotIn", ["slurmd"])
+    assert label_rule("slurmd-pod-running") == ("In", ["slurmd"])
+    assert "{type: Ready, status: 'True'" in stages["pod-running"]["next"]["statusTemplate"]
+    assert "{type: Ready, status: 'False'" in stages["slurmd-pod-running"]["next"]["statusTemplate"]
+    # kwok uses none of its own pod stages once one is configured: deletion is here too.
+    assert stages["pod-deleted"]["next"] == {"finalizers": {"empty": True}, "delete": True}
