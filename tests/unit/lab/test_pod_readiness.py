@@ -105,13 +105,19 @@ def test_a_slurmd_that_does_not_answer_ready_leaves_its_pod_not_ready(slurmd: st
     assert not pod.ready
 
 
-def test_the_pod_is_marked_ready_once_slurmd_answers_and_its_containers_with_it(
-    slurmd: str,
-) -> None:
-    pod = slurmd_pod(slurmd)
+def marked_ready(url: str) -> tuple[pod_runner.PodRunner, pod_runner.RunningPod, Apiserver]:
+    """A pod whose slurmd answers ready, after the runner's first look at it."""
+    pod = slurmd_pod(url)
     runner, apiserver = runner_with(pod)
     Slurmd.ready = True
     runner.keep_readiness(pod, manifest(ready=False))
+    return runner, pod, apiserver
+
+
+def test_the_pod_is_marked_ready_once_slurmd_answers_and_its_containers_with_it(
+    slurmd: str,
+) -> None:
+    _runner, _pod, apiserver = marked_ready(slurmd)
     [(path, patch, content_type)] = apiserver.patches
     assert path == "/api/v1/namespaces/slurm/pods/slurm-worker-hpc-0/status"
     assert content_type == "application/strategic-merge-patch+json"
@@ -128,10 +134,7 @@ def test_the_pod_is_marked_ready_once_slurmd_answers_and_its_containers_with_it(
 def test_ready_is_written_again_when_another_writer_put_an_older_status_back(
     slurmd: str,
 ) -> None:
-    pod = slurmd_pod(slurmd)
-    runner, apiserver = runner_with(pod)
-    Slurmd.ready = True
-    runner.keep_readiness(pod, manifest(ready=False))
+    runner, pod, apiserver = marked_ready(slurmd)
     runner.keep_readiness(pod, manifest(ready=True))  # the status as written: nothing to do
     assert len(apiserver.patches) == 1
     runner.keep_readiness(pod, manifest(ready=False))  # undone by an older copy
