@@ -140,7 +140,6 @@ def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_ba
     gives it back under the partition's grace, with an Event."""
     pool = clean_pool
     assert not pool.handover("lend", ["int01"]).failed
-    job_id = pool.submit("int01", 600) if job else None
     saved = delete_node(pool, "int01")
     assert pool.slurm_node("int01") is not None
     drain_as_orphan(pool, "int01")
@@ -148,8 +147,11 @@ def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_ba
     assert pool.journal("int01")["state"] == "lent" and pool.marks("int01") == (True, True)
     # The operator starts slurmd again (the label selects the node). A dynamic node that
     # registers anew may come back without its drain; as the history had it, Slurm keeps
-    # the node drained as an orphan: drained again once slurmd has registered.
+    # the node drained as an orphan: drained again once slurmd has registered, with the
+    # job (started before the drain, so it runs on: a job from before the Node went is
+    # one the new slurmd does not know, and slurmctld would end it when it will).
     wait_until(lambda: pool.slurmd_ready("int01"), 60, "slurmd on int01 again, Ready")
+    job_id = pool.submit("int01", 600) if job else None
     drain_as_orphan(pool, "int01")
     wait_until(
         lambda: "DRAIN" in (pool.slurm_node("int01") or {}).get("state", []),
@@ -159,7 +161,10 @@ def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_ba
 
     status = pool.playbook("status", handover_policy=QUIET)
     assert not status.failed, status.failures()
-    assert "node int01: journal_lent_drained_by_us (journal lent" in status.output
+    assert "node int01: journal_lent_drained_by_us (journal lent" in status.output, (
+        pool.slurm_node("int01"),
+        status.output[-3000:],
+    )
     assert "rebalance.yml re-taints it and gives it back to the applications" in status.output
 
     run, summary, metrics = the_run(pool, tmp_path)
