@@ -28,6 +28,7 @@ one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
 from __future__ import annotations
 
 import argparse
+import http.client
 import signal
 import subprocess
 import sys
@@ -393,8 +394,8 @@ def probe(url: str) -> bool:
     try:
         with NO_PROXY.open(url, timeout=PROBE_TIMEOUT_S) as answer:
             return 200 <= answer.status < 400
-    except (urllib.error.URLError, OSError):
-        return False
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return False  # refused, timed out or cut off: a failed probe, not the runner's end
 
 
 def main(argv: list[str] | None = None) -> int:
