@@ -6,8 +6,9 @@ line still works. Then, with a Slurm job running on a dedicated node and another
 node, upgrade.yml moves the running cluster to the lab's release (1.2.1, built from the
 public sources beside the checkout): the jobs are not lost, the lent node stays lent with
 its journal, slurm.conf holds what the collection restates on 1.2, and a second run changes
-nothing. The module runs first among the Kubernetes tests (tests/integration/conftest.py),
-so the modules after it start from the upgraded site. Without the sources (the lab builds
+nothing. The module runs last among the Kubernetes tests (tests/integration/conftest.py),
+so that on a cold machine the older operator builds while the others run; it starts from a
+fresh lab whatever the modules before it left. Without the sources (the lab builds
 1.1.0 only) the older line's test and the preflight to 1.2.2 still run; the upgrade is
 skipped.
 """
@@ -108,10 +109,10 @@ def slurm_answers_for(rest: SlinkyRest, names: tuple[str, ...]) -> bool:
 
 @pytest.fixture(scope="module")
 def old_pool(k8s_lab: t.Any, secret_dirs: t.Any, request: pytest.FixtureRequest) -> Iterator[Pool]:
-    """A fresh lab with site.yml of the older release, and its pool. The modules after this
-    one take the upgraded site over, its jobs cancelled (site.yml then changes little); a
-    fresh lab again when a test here failed, so what a failed upgrade left behind never
-    reaches them."""
+    """A fresh lab with site.yml of the older release, and its pool. A module after this
+    one (in a run that selects it so) takes the upgraded site over, its jobs cancelled
+    (site.yml then changes little); a fresh lab again when a test here failed, so what a
+    failed upgrade left behind never reaches it."""
     failed_before = request.session.testsfailed
     k8s_lab.down()  # whatever an earlier module deployed: this one starts as a new site
     k8s_lab.up()
