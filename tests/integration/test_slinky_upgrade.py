@@ -115,7 +115,7 @@ def old_pool(k8s_lab: t.Any, secret_dirs: t.Any, request: pytest.FixtureRequest)
     failed upgrade left behind never reaches it."""
     failed_before = request.session.testsfailed
     k8s_lab.down()  # whatever an earlier module deployed: this one starts as a new site
-    k8s_lab.up()
+    k8s_lab.up(every_release=True)  # the older line's operator and charts too
     run = deploy(OLD)
     assert not run.failed, f"site.yml {OLD} failed: {run.failures()}\n{run.output[-3000:]}"
     rest = SlinkyRest.of_cluster(k8s_lab)

@@ -725,12 +725,12 @@ class K8sLab(RunDirState):
     # ---- up --------------------------------------------------------------------------
 
     @staticmethod
-    def build(*, every_release: bool = True) -> None:
-        """What `up` needs, built when missing: the binaries, the operator and charts of every
-        Slinky release (the pod runner runs the one a pod's image names) and the Slurm chroot.
-
-        every_release False builds only the release the lab deploys (`make demo`): the older
-        line is for the upgrade test, and its operator is a build of minutes."""
+    def build(*, every_release: bool = False) -> None:
+        """What `up` needs, built when missing: the binaries, the operator and charts of the
+        Slinky release the lab deploys and the Slurm chroot; with every_release, also those of
+        the older lines (the pod runner runs the operator a pod's image names): the upgrade
+        test asks for them, and `k8s_lab.py up` unless --deployed-release-only. An older
+        operator is a build of minutes that the other tests need not wait for."""
         k8s_binaries.ensure([*BINARY_COMPONENTS, *CLIENT_TOOLS])
         k8s_binaries.ensure_slinky(
             k8s_binaries.SLINKY_VERSIONS if every_release else [k8s_binaries.LAB_SLINKY_VERSION]
@@ -738,7 +738,7 @@ class K8sLab(RunDirState):
         # Before the pod runner needs it for the first Slurm pod, which must not wait a minute.
         ensure_chroot(SLINKY_RELEASE)
 
-    def up(self, *, every_release: bool = True) -> None:
+    def up(self, *, every_release: bool = False) -> None:
         """Start the lab, or reuse it when it is already up, healthy and configured the same."""
         self.build(every_release=every_release)
         log(f"Slinky: {slinky_summary()}")

@@ -781,9 +781,10 @@ def prepare(nice_after_lab: int = 0) -> float:
     tests/integration/conftest.py), so only the `docker import`s are left for the kind test.
     Two paths at once, as they use different things: the Go builds take the CPU, the root
     filesystems (debootstrap and apt) mostly the network and the disk. The Go builds go in
-    the order of what waits on them: the lab's binaries and operators (the Kubernetes tests),
-    then kind's. The roots that need no Go binary come first (node_prep's hosts among them);
-    the kind node's root, which carries the kubelet, last.
+    the order of what waits on them: the lab's binaries and operator (the Kubernetes tests),
+    then kind's, then the older Slinky operator (the upgrade test, the last Kubernetes
+    test). The roots that need no Go binary come first (node_prep's hosts among them); the
+    kind node's root, which carries the kubelet, after kind's binaries.
 
     nice_after_lab: the niceness the Go builds take once the lab's are done (`make test`
     runs the lab's builds first in line, as the Kubernetes tests wait on them, and kind's
@@ -798,15 +799,13 @@ def prepare(nice_after_lab: int = 0) -> float:
         # The lab's own binaries first, one lock at a time: a lab test that needs them then
         # either finds them built or takes the lock between two builds, never waits on ours.
         # helm before them (the Slurm lane's mirror test waits on it from its first minutes),
-        # then what `k8s_lab.py up` needs and the release the lab deploys; what single tests
-        # ask for later (pushgateway, the upgrade test's older line) last.
+        # then what `k8s_lab.py up` needs and the release the lab deploys, and pushgateway.
         import k8s_lab  # noqa: PLC0415 - the lab's module is for this one call only
 
         k8s_binaries.ensure(["helm"])
         k8s_binaries.ensure([*k8s_lab.BINARY_COMPONENTS, *k8s_lab.CLIENT_TOOLS])
         k8s_binaries.ensure_slinky([k8s_binaries.LAB_SLINKY_VERSION])
         k8s_binaries.ensure([n for n in k8s_binaries.BINARIES if n not in KIND_BINARIES])
-        k8s_binaries.ensure_slinky(k8s_binaries.SLINKY_VERSIONS)
         os.nice(nice_after_lab)
         for name in KIND_BINARIES:
             k8s_binaries.ensure([name])
@@ -815,6 +814,9 @@ def prepare(nice_after_lab: int = 0) -> float:
         roots.result()  # its error, if any, is this one's
     with build_lock():
         node_root()
+    # The older Slinky line last: its one user, the upgrade test, ends the Kubernetes tests
+    # (tests/integration/conftest.py), well after kind's images are ready.
+    k8s_binaries.ensure_slinky(k8s_binaries.SLINKY_VERSIONS)
     return time.monotonic() - started
 
 
