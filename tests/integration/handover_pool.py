@@ -121,12 +121,16 @@ class Pool:
     def slurmd_ready(self, name: str) -> bool:
         """A slurmd pod on the node is Ready: its slurmd answers the chart's readiness probe
         (the lab's pod runner probes it as a kubelet does), so it has registered with Slurm."""
+        return self.slurmd_condition(name, "Ready")
+
+    def slurmd_condition(self, name: str, condition: str) -> bool:
+        """A slurmd pod on the node, not terminating, has this pod condition True."""
         pods = self.lab.get(
             f"/api/v1/namespaces/slurm/pods?fieldSelector=spec.nodeName%3D{name}"
             "&labelSelector=app.kubernetes.io%2Fname%3Dslurmd"
         )["items"]
         return any(
-            c["type"] == "Ready" and c["status"] == "True"
+            c["type"] == condition and c["status"] == "True"
             for pod in pods
             if not pod["metadata"].get("deletionTimestamp")
             for c in pod["status"].get("conditions") or []
@@ -226,16 +230,7 @@ class Pool:
 
     def operator_sees_idle(self, name: str) -> bool:
         """The Slinky operator's condition SlurmNodeStateIdle on the slurmd pod of `name`."""
-        pods = self.lab.get(
-            f"/api/v1/namespaces/slurm/pods?fieldSelector=spec.nodeName%3D{name}"
-            "&labelSelector=app.kubernetes.io%2Fname%3Dslurmd"
-        )["items"]
-        return any(
-            c["type"] == "SlurmNodeStateIdle" and c["status"] == "True"
-            for pod in pods
-            if not pod["metadata"].get("deletionTimestamp")
-            for c in pod["status"].get("conditions") or []
-        )
+        return self.slurmd_condition(name, "SlurmNodeStateIdle")
 
     def submit(self, node: str | None, seconds: int, *, partition: str = "backfill") -> int:
         """A requeue-able job in `partition` that runs on `node` (named in the job), or
