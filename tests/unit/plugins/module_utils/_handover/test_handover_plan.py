@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 
 import pytest
@@ -279,6 +280,32 @@ def test_pods_of_one_size_placed_together_need_what_first_fit_says(
 def test_bad_policy_names_the_setting(policy: Policy, setting: str) -> None:
     with pytest.raises(PolicyError, match=setting.replace(".", r"\.")):
         plan([], [], {}, policy, NOW)
+
+
+def test_a_plan_leaves_the_cyclic_gc_as_it_found_it() -> None:
+    """Paused while a plan runs, back on after it, even when the policy is refused; left
+    off where the caller had turned it off."""
+    seen = []
+    policy = Policy(pool_selector=POOL)
+    original = policy.check
+
+    def check() -> None:
+        seen.append(gc.isenabled())
+        original()
+
+    object.__setattr__(policy, "check", check)
+    plan([node("int01")], [], {}, policy, NOW)
+    assert seen == [False]
+    assert gc.isenabled()
+    with pytest.raises(PolicyError):
+        plan([], [], {}, Policy(pool_selector={}), NOW)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        plan([node("int01")], [], {}, Policy(pool_selector=POOL), NOW)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 # ---- properties ---------------------------------------------------------------------
