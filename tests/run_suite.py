@@ -16,7 +16,8 @@ root, the lab's and kind's Go builds and root filesystems start first, in the ba
 (log: .kind/prepare.log); the tests that need them wait on their locks. The lab's binaries,
 which the Kubernetes tests wait for on a cold machine, build first in line; kind's, behind
 those tests at the lowest priority, and the root filesystems beside the Go builds.
-The logs of the other lanes follow this lane's summary; the exit status is non-zero when any
+The summary says what each lane took in minutes and core-minutes, and how busy the cores
+were (per minute: .build/test-logs/cpu.log). The logs of the other lanes follow it; the exit status is non-zero when any
 lane failed. Nothing is killed: a debootstrap stopped halfway leaves its mounts behind, so
 the run waits for every lane and the builds, whatever happened.
 """
@@ -48,6 +49,7 @@ class Lane:
     process: subprocess.Popen[bytes] | None = None
     began: float = 0.0
     took: float = 0.0
+    cpu_s: float = 0.0  # user + system of the lane and the descendants it waited for
     returncode: int | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -62,7 +64,7 @@ class Lane:
 
     def wait(self) -> int:
         assert self.process is not None
-        self.returncode = self.process.wait()
+        self.returncode, self.cpu_s = wait_with_cpu(self.process)
         self.took = time.monotonic() - self.began
         self.done.set()
         return self.returncode
@@ -72,12 +74,68 @@ class Lane:
         return "passed" if self.returncode == 0 else f"FAILED (exit {self.returncode})"
 
 
+def wait_with_cpu(process: subprocess.Popen[bytes]) -> tuple[int, float]:
+    """The exit code and CPU seconds (user + system) of a child and the descendants it
+    waited for: daemons a lane starts and stops count, kind's containers (children of
+    containerd) do not."""
+    _pid, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_utime + usage.ru_stime
+
+
+class CpuSampler(threading.Thread):
+    """The machine's CPU use over the run, from /proc/stat: how busy the cores were, per
+    SAMPLE_S, written to a log and summed up at the end. A run that keeps every core busy is
+    bound by the CPU (fewer or cheaper builds and tests help); one that does not, by waits."""
+
+    SAMPLE_S = 60.0
+
+    def __init__(self, log: Path) -> None:
+        super().__init__(daemon=True)
+        self.log = log
+        self.first = self.last = cpu_times()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        with self.log.open("w") as out:
+            out.write("minute  busy %  (100 % = every core busy)\n")
+            minute = 0
+            while not self.stopped.wait(self.SAMPLE_S):
+                now = cpu_times()
+                minute += 1
+                out.write(f"{minute:>6}  {busy_percent(self.last, now):>6.0f}\n")
+                out.flush()
+                self.last = now
+
+    def summary(self) -> str:
+        now = cpu_times()
+        busy_s = (now[0] - self.first[0]) / os.sysconf("SC_CLK_TCK")
+        return (
+            f"the {os.cpu_count()} cores were busy {busy_percent(self.first, now):.0f} % of the "
+            f"run ({busy_s / 60:.0f} core-minutes; per minute: {rel(self.log)})"
+        )
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) clock ticks of every core since boot; iowait counts as idle."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total else 0.0
+
+
 def say(line: str) -> None:
     print(f">> {line}", flush=True)
 
 
 def main() -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
+    sampler = CpuSampler(LOGS / "cpu.log")
+    sampler.start()
     env = dict(os.environ)
     prepare = None
     if os.geteuid() == 0:
@@ -117,12 +175,17 @@ def main() -> int:
         ]
         run_lanes(lanes, env)
     if prepare is not None:
-        prepare.wait()
+        _code, prepare_cpu_s = wait_with_cpu(prepare)
         for line in PREPARE_LOG.read_text(errors="replace").splitlines():
             if "ready in" in line:
                 say(f"the builds: {line}")
+        say(f"the builds took {prepare_cpu_s / 60:.1f} core-minutes")
     for lane in lanes:
-        say(f"{lane.name}: {lane.result} in {lane.took / 60:.1f} min")
+        say(
+            f"{lane.name}: {lane.result} in {lane.took / 60:.1f} min, "
+            f"{lane.cpu_s / 60:.1f} core-minutes"
+        )
+    say(sampler.summary())
     if setup.returncode != 0:
         say(f"setup FAILED (exit {setup.returncode})")
         return setup.returncode

@@ -254,8 +254,9 @@ def go_env(**extra: str) -> dict[str, str]:
         "GOMODCACHE": str(GO_DIR / "mod"),
         "GOCACHE": str(GO_DIR / "build"),
         "GOPATH": str(GO_DIR / "path"),
-        # Writable module cache, so `rm -rf $HPCOPS_LAB_CACHE` works.
-        "GOFLAGS": "-modcacherw",
+        # Writable module cache, so `rm -rf $HPCOPS_LAB_CACHE` works; no DWARF from the
+        # compiler (the link strips it anyway: -s -w): 7 % of a cold build (kwok, measured).
+        "GOFLAGS": "-modcacherw -gcflags=all=-dwarf=false",
         # Never download another Go toolchain behind the user's back.
         "GOTOOLCHAIN": "local",
         "CGO_ENABLED": "0",
