@@ -17,8 +17,8 @@ root, the lab's and kind's Go builds and root filesystems start first, in the ba
 which the Kubernetes tests wait for on a cold machine, build first in line; kind's, behind
 those tests at the lowest priority, and the root filesystems beside the Go builds.
 The summary says what each lane took in minutes and core-minutes, and how busy the cores
-were (per minute: .build/test-logs/cpu.log). The logs of the other lanes follow it; the exit status is non-zero when any
-lane failed. Nothing is killed: a debootstrap stopped halfway leaves its mounts behind, so
+were (per minute: .build/test-logs/cpu.log). The logs of the other lanes follow it; the
+exit status is non-zero when any lane failed. Nothing is killed: a debootstrap stopped halfway leaves its mounts behind, so
 the run waits for every lane and the builds, whatever happened.
 """
 
