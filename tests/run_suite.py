@@ -78,7 +78,10 @@ def wait_with_cpu(process: subprocess.Popen[bytes]) -> tuple[int, float]:
     """The exit code and CPU seconds (user + system) of a child and the descendants it
     waited for: daemons a lane starts and stops count, kind's containers (children of
     containerd) do not."""
-    _pid, status, usage = os.wait4(process.pid, 0)
+    try:
+        _pid, status, usage = os.wait4(process.pid, 0)
+    except ChildProcessError:  # reaped meanwhile by Popen.poll() (forward_interrupts)
+        return process.wait(), 0.0
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_utime + usage.ru_stime
 
