@@ -182,10 +182,7 @@ options:
     type: float
     default: 30
   poll_interval_s:
-    description:
-      - Seconds between two looks at Slurm or the pods while waiting.
-      - The first looks of a wait come sooner (after 0.05 s, doubling up to this), as most
-        waits of an idle handover end within a few tenths of a second.
+    description: Seconds between two looks at Slurm or the pods while waiting.
     type: float
     default: 0.5
   max_parallel:

@@ -71,7 +71,6 @@ DEFAULT_POD_GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod
 # SIGKILL for what still runs (nothing of a job: the node is drained and idle, or escalated).
 DRAINED_POD_GRACE_S = 1
 CONFLICT_RETRIES = 5
-FIRST_POLL_S = 0.05  # a wait's first look after the one it starts with; doubles up to poll_s
 
 
 @dataclass(frozen=True)
@@ -772,19 +771,13 @@ class Handover:
         raise KubernetesError(f"Node {name} kept changing ({CONFLICT_RETRIES} conflicts)")
 
     def _wait(self, done: Callable[[], t.Any], timeout_s: float) -> t.Any:
-        """done()'s first true value within timeout_s (checked at least once), else False.
-
-        The first looks come sooner than poll_s (FIRST_POLL_S, doubling up to it): most
-        waits of an idle handover end within a few tenths of a second (a pod deleted, a
-        drain seen), and a fixed poll of 0.5 s was most of an idle reclaim in the lab."""
+        """done()'s first true value within timeout_s (checked at least once), else False."""
         end = time.monotonic() + timeout_s
-        interval = min(FIRST_POLL_S, self.settings.poll_s)
         while True:
             value = done()
             if value or time.monotonic() >= end:
                 return value
-            self.sleep(interval)
-            interval = min(interval * 2, self.settings.poll_s)
+            self.sleep(self.settings.poll_s)
 
     def _stop_in_check_mode(self, outcome: Outcome, result: str, steps: t.Sequence[str]) -> bool:
         """In check mode, report the steps left and stop."""
