@@ -18,8 +18,9 @@ which the Kubernetes tests wait for on a cold machine, build first in line; kind
 those tests at the lowest priority, and the root filesystems beside the Go builds.
 The summary says what each lane took in minutes and core-minutes, and how busy the cores
 were (per minute: .build/test-logs/cpu.log). The logs of the other lanes follow it; the
-exit status is non-zero when any lane failed. Nothing is killed: a debootstrap stopped halfway leaves its mounts behind, so
-the run waits for every lane and the builds, whatever happened.
+exit status is non-zero when any lane failed. Nothing is killed: a debootstrap stopped
+halfway leaves its mounts behind, so the run waits for every lane and the builds, whatever
+happened.
 """
 
 from __future__ import annotations
@@ -97,13 +98,13 @@ class CpuSampler(threading.Thread):
         super().__init__(daemon=True)
         self.log = log
         self.first = self.last = cpu_times()
-        self.stopped = threading.Event()
 
-    def run(self) -> None:
+    def run(self) -> None:  # until the run ends: a daemon thread
         with self.log.open("w") as out:
             out.write("minute  busy %  (100 % = every core busy)\n")
             minute = 0
-            while not self.stopped.wait(self.SAMPLE_S):
+            while True:
+                time.sleep(self.SAMPLE_S)
                 now = cpu_times()
                 minute += 1
                 out.write(f"{minute:>6}  {busy_percent(self.last, now):>6.0f}\n")
