@@ -282,24 +282,24 @@ def test_bad_policy_names_the_setting(policy: Policy, setting: str) -> None:
         plan([], [], {}, policy, NOW)
 
 
-def test_a_plan_leaves_the_cyclic_gc_as_it_found_it() -> None:
+def test_a_plan_leaves_the_cyclic_gc_as_it_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Paused while a plan runs, back on after it, even when the policy is refused; left
     off where the caller had turned it off."""
     seen = []
-    policy = Policy(pool_selector=POOL)
-    original = policy.check
+    original = Policy.check
 
-    def check() -> None:
+    def check(policy: Policy) -> None:
         seen.append(gc.isenabled())
-        original()
+        original(policy)
 
-    object.__setattr__(policy, "check", check)
-    plan([node("int01")], [], {}, policy, NOW)
+    monkeypatch.setattr(Policy, "check", check)
+    plan([node("int01")], [], {}, Policy(pool_selector=POOL), NOW)
     assert seen == [False]
     assert gc.isenabled()
     with pytest.raises(PolicyError):
         plan([], [], {}, Policy(pool_selector={}), NOW)
     assert gc.isenabled()
+    assert seen == [False, False]
     gc.disable()
     try:
         plan([node("int01")], [], {}, Policy(pool_selector=POOL), NOW)
