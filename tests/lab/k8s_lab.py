@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import k8s_binaries
+import pod_runner
 from k8s_binaries import KUBERNETES_VERSION
 from slurm_lab import ensure_chroot
 from slurm_pods import SLINKY_RELEASE, SlinkyCluster
@@ -231,11 +232,13 @@ def pod_stages() -> list[dict[str, Any]]:
     started, the Slinky operator deletes it as "healthy but not registered" (docs/lab.md)
     and a job that just started there is requeued. The pod runner marks it Ready when the
     real slurmd answers its readiness probe. kwok uses its own pod stages only when a
-    configuration names none, so all of them are here."""
+    configuration names none, so all of them are here. A deleted pod goes at once unless
+    the pod runner runs it (its annotation): the runner deletes it once its program stopped."""
     slurmd_key, slurmd_value = SLURMD_POD_LABEL
     label = f'.metadata.labels["{slurmd_key}"]'
     live = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
     unstarted = {"key": ".status.podIP", "operator": "DoesNotExist"}
+    run_by = f'.metadata.annotations["{pod_runner.RUN_BY_ANNOTATION}"]'
 
     def running(ready: str) -> str:
         # A Go template kwok renders into the pod's status.
@@ -334,9 +337,14 @@ def pod_stages() -> list[dict[str, Any]]:
                 )
             },
         ),
+        # The pods the pod runner runs are deleted by the runner once their programs have
+        # stopped, as a kubelet deletes a pod once its containers have ended.
         stage(
             "pod-deleted",
-            [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
+            [
+                {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                {"key": run_by, "operator": "DoesNotExist"},
+            ],
             {"finalizers": {"empty": True}, "delete": True},
         ),
     ]

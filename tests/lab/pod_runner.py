@@ -21,6 +21,13 @@ Known pods (by the last path element of a container image's repository):
   slurmd exits, and writes that again whenever the pod's status says otherwise, as a
   kubelet does.
 
+A pod the runner runs carries its annotation ``lab.hpcops.io/run-by`` (set before its
+program starts), which keeps kwok's own deletion stage off it: as a kubelet does, the runner
+runs the preStop hooks of the pods being deleted, stops their programs (all at once, as
+each node's kubelet would) and only then deletes the pod objects with no grace left.  So
+nothing that watches pods sees one go while its program still runs.  A watch on the pods
+wakes the runner as soon as one changes; it lists them at least every second.
+
 The runner is started by ``k8s_lab.py up`` and stopped by ``k8s_lab.py down``; it writes
 one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -44,6 +52,11 @@ from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name, image_tag
 from toolbox import LabError
 
 POLL_S = 1.0
+# The least time between two looks, however often the pods change.
+MIN_SYNC_GAP_S = 0.05
+# Marks the pods the runner runs; kwok's deletion stage leaves them to the runner.
+RUN_BY_ANNOTATION = "lab.hpcops.io/run-by"
+RUN_BY_VALUE = "pod-runner"
 # How often mounted ConfigMaps and Secrets are compared with the apiserver's (the chart's
 # reconfigure sidecar polls every 5 s too).
 REFRESH_S = 5.0
@@ -53,6 +66,8 @@ TOKEN_LIFETIME_S = 24 * 3600
 # Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
 OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
 OPERATOR_METRICS_ADDR = "127.0.0.1:16482"
+# The pods a kubelet runs: those bound to a node, in phase Running.
+RUNNING_SELECTOR = "fieldSelector=status.phase%3DRunning"
 # slurmd's port when its container names none (Slurm's default SlurmdPort).
 SLURMD_PORT = 6818
 PROBE_TIMEOUT_S = 1.0
@@ -190,20 +205,22 @@ class PodRunner:
 
     # ---- the loop --------------------------------------------------------------------
 
-    def wanted_pods(self) -> dict[str, dict[str, Any]]:
-        """Running, not terminating pods on the lab's nodes, by uid."""
-        body = self.lab.get("/api/v1/pods?fieldSelector=status.phase%3DRunning")
-        return {
-            pod["metadata"]["uid"]: pod
-            for pod in body["items"]
-            if not pod["metadata"].get("deletionTimestamp")
-        }
+    def running_pods(self) -> tuple[dict[str, dict[str, Any]], str]:
+        """Pods in phase Running (terminating ones too) by uid, and the list's resourceVersion."""
+        body = self.lab.get(f"/api/v1/pods?{RUNNING_SELECTOR}")
+        pods = {pod["metadata"]["uid"]: pod for pod in body["items"]}
+        return pods, str(body["metadata"].get("resourceVersion", ""))
 
     def node_names(self) -> set[str]:
         return {node["metadata"]["name"] for node in self.lab.get("/api/v1/nodes")["items"]}
 
-    def sync(self) -> None:
-        wanted = self.wanted_pods()
+    def sync(self) -> str:
+        """One look at the pods: start, stop and report what changed. Returns the
+        resourceVersion of the pods it saw."""
+        running, resource_version = self.running_pods()
+        wanted = {
+            uid: pod for uid, pod in running.items() if not pod["metadata"].get("deletionTimestamp")
+        }
         # A deleted Node is a machine that is gone: no kubelet runs a preStop hook or stops
         # its pods cleanly, they just end (as when the power goes), until the pod garbage
         # collector deletes the pod objects.
@@ -212,23 +229,29 @@ class PodRunner:
             uid for uid, manifest in wanted.items() if manifest["spec"].get("nodeName") not in nodes
         }
         hosts_changed = False
-        for uid in [uid for uid in self.pods if uid not in wanted or uid in machine_gone]:
-            pod = self.pods.pop(uid)
-            self.stop(pod, hooks=uid not in machine_gone)
-            hosts_changed |= pod.slurm is not None
+        ending = [uid for uid in self.pods if uid not in wanted or uid in machine_gone]
+        if ending:
+            stopped = [self.pods.pop(uid) for uid in ending]
+            self.stop_all(stopped, hooks={uid: uid not in machine_gone for uid in ending})
+            hosts_changed |= any(pod.slurm is not None for pod in stopped)
+        # Pods of ours that are being deleted and whose programs have stopped (just now, or
+        # before a restart of the runner): the kubelet's last word, the object goes.
+        for uid, manifest in running.items():
+            meta = manifest["metadata"]
+            if uid not in self.pods and meta.get("deletionTimestamp") and self.runs(manifest):
+                self.delete_terminated(manifest)
         for uid, manifest in wanted.items():
-            if uid in machine_gone:
+            if uid in machine_gone or uid in self.pods:
                 continue
-            if uid not in self.pods:
-                try:
-                    spec = self.spec_for(manifest)
-                except LabError as err:  # a ConfigMap not written yet: the kubelet waits too
-                    log(f"not starting {manifest['metadata']['name']} yet: {err}")
-                    continue
-                if spec is None:
-                    continue
-                self.pods[uid] = spec
-                hosts_changed |= spec.slurm is not None
+            try:
+                spec = self.spec_for(manifest)
+            except LabError as err:  # a ConfigMap not written yet: the kubelet waits too
+                log(f"not starting {manifest['metadata']['name']} yet: {err}")
+                continue
+            if spec is None or not self.claim(manifest):
+                continue
+            self.pods[uid] = spec
+            hosts_changed |= spec.slurm is not None
         if hosts_changed:
             self.slinky.write_hosts(self.slinky.services())
         if time.monotonic() >= self.next_refresh:
@@ -238,6 +261,60 @@ class PodRunner:
             self.keep_running(pod)
             if pod.ready_url:
                 self.keep_readiness(pod, wanted[uid])
+        return resource_version
+
+    @staticmethod
+    def runs(manifest: dict[str, Any]) -> bool:
+        annotations = manifest["metadata"].get("annotations") or {}
+        return annotations.get(RUN_BY_ANNOTATION) == RUN_BY_VALUE
+
+    def claim(self, manifest: dict[str, Any]) -> bool:
+        """Mark a pod as the runner's before its program starts (kwok then leaves its
+        deletion to the runner); False when it is gone or already being deleted."""
+        if self.runs(manifest):
+            return True
+        meta = manifest["metadata"]
+        status, body = self.lab.request(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {"metadata": {"uid": meta["uid"], "annotations": {RUN_BY_ANNOTATION: RUN_BY_VALUE}}},
+            content_type="application/merge-patch+json",
+        )
+        if status != 200 or not isinstance(body, dict):
+            log(f"not starting {meta['namespace']}/{meta['name']}: marking it answered {status}")
+            return False
+        return not body["metadata"].get("deletionTimestamp")
+
+    def delete_terminated(self, manifest: dict[str, Any]) -> None:
+        """Delete a pod whose program has stopped, with no grace left, as a kubelet does
+        once its containers have ended (only this pod: its uid is a precondition)."""
+        meta = manifest["metadata"]
+        status, body = self.lab.request(
+            "DELETE",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+        )
+        if status not in (200, 404, 409):  # 404/409: gone already, or a new pod of that name
+            log(f"deleting {meta['namespace']}/{meta['name']} answered {status}: {body}")
+
+    def wait_for_change(self, resource_version: str) -> None:
+        """Sleep until a pod changes after resource_version, at most POLL_S: a watch used
+        only to wake the loop (the next look lists the pods anew)."""
+        deadline = time.monotonic() + POLL_S
+        time.sleep(MIN_SYNC_GAP_S)
+        req = urllib.request.Request(  # noqa: S310 - the lab's own apiserver
+            f"{self.lab.url}/api/v1/pods?{RUNNING_SELECTOR}&watch=true"
+            f"&resourceVersion={resource_version}&allowWatchBookmarks=false",
+            headers={"Authorization": f"Bearer {self.lab.token()}"},
+        )
+        try:
+            context = ssl.create_default_context(cafile=str(self.lab.ca_path))
+            with urllib.request.urlopen(req, timeout=POLL_S, context=context) as stream:  # noqa: S310
+                stream.read(1)  # the first event, or a timeout
+            return
+        except (OSError, ValueError):  # timed out, refused, or the version too old
+            pass
+        time.sleep(max(0.0, deadline - time.monotonic()))
 
     def refresh_volumes(self, manifests: dict[str, dict[str, Any]]) -> None:
         """New ConfigMap and Secret contents into the Slurm pods' files; reconfigure slurmctld."""
@@ -324,38 +401,52 @@ class PodRunner:
             return
         log(f"{pod.name}: {'Ready' if pod.ready else 'not Ready'} ({pod.ready_url})")
 
-    def stop(self, pod: RunningPod, *, hooks: bool = True) -> None:
-        process = pod.process
-        if not hooks and process is not None and process.poll() is None:
-            process.kill()  # the machine is gone: no hook, no grace
-            process.wait()
-            log(f"{pod.name}: its Node is gone; killed pid {process.pid} without its preStop hook")
-        if (
-            hooks
-            and pod.slurm
-            and pod.slurm.pre_stop
-            and process is not None
-            and process.poll() is None
-        ):
+    def stop_all(self, pods: list[RunningPod], *, hooks: dict[str, bool]) -> None:
+        """Stop pods at once, as their nodes' kubelets would: every preStop hook, then
+        SIGTERM to every program, SIGKILL to what is left after STOP_GRACE_S (the next
+        look deletes the pod objects that wait for it)."""
+        alive = [pod for pod in pods if pod.process is not None and pod.process.poll() is None]
+        for pod in alive:
+            if not hooks[pod.uid] and pod.process is not None:
+                pod.process.kill()  # the machine is gone: no hook, no grace
+                log(
+                    f"{pod.name}: its Node is gone; killed pid {pod.process.pid} without its preStop hook"
+                )
+        running_hooks = [
+            (pod, pod.slurm.start_exec(*pod.slurm.pre_stop))
+            for pod in alive
+            if hooks[pod.uid] and pod.slurm and pod.slurm.pre_stop
+        ]
+        deadline = time.monotonic() + STOP_GRACE_S
+        for pod, hook in running_hooks:
             try:
-                hook = pod.slurm.exec(*pod.slurm.pre_stop, timeout=STOP_GRACE_S)
-                log(f"{pod.name}: preStop hook exited with {hook.returncode} {hook.stderr.strip()}")
+                _out, err = hook.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                log(f"{pod.name}: preStop hook exited with {hook.returncode} {err.strip()}")
             except subprocess.TimeoutExpired:
                 # A kubelet stops the container all the same once the hook has had its time
                 # (slurmctld being replaced at that moment leaves scontrol waiting).
+                hook.kill()
+                hook.communicate()
                 log(f"{pod.name}: preStop hook still running after {STOP_GRACE_S:g} s: killed")
-        if process is not None and process.poll() is None:
-            process.terminate()
+        for pod in alive:
+            if pod.process is not None and pod.process.poll() is None:
+                pod.process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for pod in alive:
+            process = pod.process
+            if process is None:
+                continue
             try:
-                process.wait(STOP_GRACE_S)
+                process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
             log(f"stopped {pod.name} (pid {process.pid})")
-        for path in pod.files:
-            path.unlink(missing_ok=True)  # the service account token goes with the pod
-        if pod.slurm is not None:
-            self.slinky.release_pod(pod.uid, pod.slurm)
+        for pod in pods:
+            for path in pod.files:
+                path.unlink(missing_ok=True)  # the service account token goes with the pod
+            if pod.slurm is not None:
+                self.slinky.release_pod(pod.uid, pod.slurm)
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.on_signal)
@@ -363,12 +454,14 @@ class PodRunner:
         log(f"watching pods on {self.lab.url}")
         while not self.stopping:
             try:
-                self.sync()
+                resource_version = self.sync()
             except LabError as err:  # the apiserver restarting: try again next round
                 log(f"sync failed: {err}")
-            time.sleep(POLL_S)
-        for pod in self.pods.values():
-            self.stop(pod)
+                time.sleep(POLL_S)
+                continue
+            self.wait_for_change(resource_version)
+        self.stop_all(list(self.pods.values()), hooks=dict.fromkeys(self.pods, True))
+        self.pods.clear()
         log("stopped")
 
     def on_signal(self, signum: int, _frame: object) -> None:

@@ -173,15 +173,27 @@ class SlurmPod:
 
     def exec(self, *argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """A command in the pod, as `kubectl exec` runs it (as root, without the cgroups)."""
+        process = self.start_exec(*argv)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
+
+    def start_exec(self, *argv: str) -> subprocess.Popen[str]:
+        """exec's command, started: its output is read with communicate()."""
         mounts = [m for m in self.mounts if m.target != "/sys/fs/cgroup"]
-        return subprocess.run(
+        return subprocess.Popen(
             list(argv),
-            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-            check=False,
             env={"PATH": CHROOT_ENV_PATH, "LC_ALL": "C", "HOME": "/tmp"},
-            preexec_fn=chroot_setup(
+            # Callers are single-threaded (the pod runner, tests), where a preexec is safe.
+            preexec_fn=chroot_setup(  # noqa: PLW1509
                 self.root,
                 netns=self.netns,
                 hostname=self.hostname if self.netns else None,

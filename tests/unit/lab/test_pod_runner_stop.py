@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab's pods go the way a kubelet lets them go: hooks, then the programs, then the object.
+
+kwok deletes a terminating pod at once; the pods the runner runs carry its annotation, which
+kwok's deletion stage leaves alone, and the runner deletes them (no grace left, their uid as
+a precondition) only after their preStop hooks ran and their programs stopped. Pods stopped
+together have all their hooks run before any program is signalled, as their nodes' kubelets
+work side by side. Real processes here; the apiserver is a recorder.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing as t
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
+
+import k8s_lab
+import pod_runner
+
+
+class Apiserver:
+    """Answers the runner's lists from `pods` and records what it writes."""
+
+    def __init__(self, pods: list[dict[str, t.Any]]) -> None:
+        self.pods = pods
+        self.writes: list[tuple[str, str, t.Any]] = []
+
+    def get(self, path: str) -> dict[str, t.Any]:
+        if path.startswith("/api/v1/nodes"):
+            return {"items": [{"metadata": {"name": "hpc-0"}}]}
+        return {"metadata": {"resourceVersion": "7"}, "items": self.pods}
+
+    def request(self, method: str, path: str, body: t.Any = None, **_kw: t.Any) -> t.Any:
+        self.writes.append((method, path, body))
+        return 200, {}
+
+
+class Slurm:
+    """The part of a SlurmPod that stopping uses: its preStop hook."""
+
+    def __init__(self, hook_dir: Path, name: str) -> None:
+        self.pre_stop = ["sh", "-c", f"touch {hook_dir}/{name}"]
+
+    def start_exec(self, *argv: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+class Slinky:
+    """The cluster's files: which pods were released after their programs stopped."""
+
+    def __init__(self) -> None:
+        self.released: list[str] = []
+
+    def release_pod(self, uid: str, _pod: t.Any) -> None:
+        self.released.append(uid)
+
+    def write_hosts(self, _services: t.Any) -> None:
+        pass
+
+    def services(self) -> list[t.Any]:
+        return []
+
+
+def running_pod(tmp_path: Path, name: str) -> pod_runner.RunningPod:
+    """A pod whose program, when told to stop, writes down which preStop hooks had run."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir(exist_ok=True)
+    program = (
+        f"trap 'ls {hooks} > {tmp_path}/{name}.seen; exit 0' TERM; while :; do sleep 0.05; done"
+    )
+    pod = pod_runner.RunningPod(
+        uid=f"uid-{name}", name=f"slurm/{name}", argv=[], env={}, log_path=tmp_path / name
+    )
+    pod.process = subprocess.Popen(["sh", "-c", program])
+    pod.slurm = t.cast(t.Any, Slurm(hooks, name))
+    return pod
+
+
+def runner_for(apiserver: Apiserver, pods: list[pod_runner.RunningPod]) -> pod_runner.PodRunner:
+    runner = pod_runner.PodRunner.__new__(pod_runner.PodRunner)
+    runner.lab = apiserver
+    runner.pods = {pod.uid: pod for pod in pods}
+    runner.stopping = False
+    runner.slinky = t.cast(t.Any, Slinky())
+    runner.next_refresh = float("inf")
+    return runner
+
+
+def manifest(pod: pod_runner.RunningPod, *, deleting: bool, ours: bool = True) -> dict[str, t.Any]:
+    namespace, name = pod.name.split("/")
+    meta: dict[str, t.Any] = {"uid": pod.uid, "namespace": namespace, "name": name}
+    if ours:
+        meta["annotations"] = {pod_runner.RUN_BY_ANNOTATION: pod_runner.RUN_BY_VALUE}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-27T14:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": "hpc-0"}, "status": {"phase": "Running"}}
+
+
+def test_kwok_leaves_the_deletion_of_the_runners_pods_to_the_runner() -> None:
+    [stage] = [s for s in k8s_lab.pod_stages() if s["metadata"]["name"] == "pod-deleted"]
+    rules = stage["spec"]["selector"]["matchExpressions"]
+    assert {"key": ".metadata.deletionTimestamp", "operator": "Exists"} in rules
+    assert {
+        "key": f'.metadata.annotations["{pod_runner.RUN_BY_ANNOTATION}"]',
+        "operator": "DoesNotExist",
+    } in rules
+
+
+def test_pods_stopped_together_run_every_hook_before_any_program_is_signalled(
+    tmp_path: Path,
+) -> None:
+    pods = [
+        running_pod(tmp_path, "slurm-worker-hpc-0"),
+        running_pod(tmp_path, "slurm-worker-hpc-1"),
+    ]
+    runner = runner_for(Apiserver([]), [])
+    runner.stop_all(pods, hooks=dict.fromkeys((p.uid for p in pods), True))
+    for pod in pods:
+        assert pod.process is not None and pod.process.returncode == 0  # its TERM trap ran
+        seen = (tmp_path / f"{pod.name.split('/')[1]}.seen").read_text().split()
+        assert seen == ["slurm-worker-hpc-0", "slurm-worker-hpc-1"]
+    assert t.cast(Slinky, runner.slinky).released == [pod.uid for pod in pods]
+
+
+def test_a_deleted_pod_goes_only_after_its_program_stopped_and_only_that_pod(
+    tmp_path: Path,
+) -> None:
+    pod = running_pod(tmp_path, "slurm-worker-hpc-0")
+    apiserver = Apiserver([manifest(pod, deleting=True)])
+    runner = runner_for(apiserver, [pod])
+    runner.sync()
+    assert pod.process is not None and pod.process.returncode == 0
+    assert runner.pods == {}
+    assert apiserver.writes == [
+        (
+            "DELETE",
+            "/api/v1/namespaces/slurm/pods/slurm-worker-hpc-0",
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": pod.uid}},
+        )
+    ]
+
+
+def test_a_pod_on_a_node_that_is_gone_is_killed_without_its_hook_and_left_to_the_pod_gc(
+    tmp_path: Path,
+) -> None:
+    pod = running_pod(tmp_path, "slurm-worker-hpc-9")
+    gone = manifest(pod, deleting=False)
+    gone["spec"]["nodeName"] = "hpc-9"  # not among the apiserver's Nodes
+    apiserver = Apiserver([gone])
+    runner = runner_for(apiserver, [pod])
+    runner.sync()
+    assert pod.process is not None and pod.process.returncode == -9
+    assert not (tmp_path / "hooks" / "slurm-worker-hpc-9").exists()
+    assert apiserver.writes == []
