@@ -312,21 +312,21 @@ class Bench:
                     time.sleep(0.05)
                 elapsed = time.perf_counter() - started
                 slowest = max(o.seconds for o in outcomes)
-                if count > 1:  # where the time goes: each step's median end, in seconds
-                    steps = {step for o in outcomes for step in o.timeline}
-                    print(
-                        "    steps (median end): "
-                        + ", ".join(
-                            f"{step} {statistics.median(o.timeline[step] for o in outcomes if step in o.timeline):.2f}"
-                            for step in sorted(
-                                steps,
-                                key=lambda st: statistics.median(
-                                    o.timeline[st] for o in outcomes if st in o.timeline
-                                ),
-                            )
-                        ),
-                        flush=True,
-                    )
+                # Where the time goes: each step's median end, in seconds.
+                steps = {step for o in outcomes for step in o.timeline}
+                print(
+                    "    steps (median end): "
+                    + ", ".join(
+                        f"{step} {statistics.median(o.timeline[step] for o in outcomes if step in o.timeline):.2f}"
+                        for step in sorted(
+                            steps,
+                            key=lambda st: statistics.median(
+                                o.timeline[st] for o in outcomes if st in o.timeline
+                            ),
+                        )
+                    ),
+                    flush=True,
+                )
                 if shared:
                     print(
                         f"    reads of all Slurm nodes shared by the workers: "

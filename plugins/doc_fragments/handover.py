@@ -182,7 +182,10 @@ options:
     type: float
     default: 30
   poll_interval_s:
-    description: Seconds between two looks at Slurm or the pods while waiting.
+    description:
+      - Seconds between two looks at Slurm while waiting (the slurmd pod's end is watched).
+      - The first looks of a wait come sooner (after 0.05 s, doubling up to this), as most
+        waits of an idle handover end within a few tenths of a second.
     type: float
     default: 0.5
   max_parallel:

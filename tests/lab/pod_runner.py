@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import select
 import signal
+import socket
 import ssl
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,12 +74,16 @@ RUNNING_SELECTOR = "fieldSelector=status.phase%3DRunning"
 # slurmd's port when its container names none (Slurm's default SlurmdPort).
 SLURMD_PORT = 6818
 PROBE_TIMEOUT_S = 1.0
+# How soon the runner looks again while a readiness probe waits for its answer.
+PROBE_LOOK_S = 0.1
 # A kubelet probes the pod directly, whatever proxy the environment names.
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def log(message: str) -> None:
-    print(f"[pod-runner] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+    now = time.time()
+    stamp = f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now * 1000) % 1000:03d}"
+    print(f"[pod-runner] {stamp} {message}", file=sys.stderr, flush=True)
 
 
 def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -127,6 +134,7 @@ class RunningPod:
     # The readiness probe's URL, for pods whose readiness the runner reports.
     ready_url: str | None = None
     ready: bool = False
+    probe: ReadinessProbe | None = None
 
 
 class PodRunner:
@@ -257,11 +265,33 @@ class PodRunner:
         if time.monotonic() >= self.next_refresh:
             self.next_refresh = time.monotonic() + REFRESH_S
             self.refresh_volumes(wanted)
-        for uid, pod in self.pods.items():
+        for pod in self.pods.values():
             self.keep_running(pod)
+        # A probe in flight is looked at, never waited for, as a kubelet probes beside its
+        # other work: a slurmd slow to answer while it registers (up to the probe's timeout)
+        # must not hold up the next look at pods being deleted.
+        for uid, pod in self.pods.items():
             if pod.ready_url:
-                self.keep_readiness(pod, wanted[uid])
+                self.keep_readiness(pod, wanted[uid], self.probe_answer(pod))
         return resource_version
+
+    def probing(self) -> bool:
+        return any(pod.probe is not None for pod in self.pods.values())
+
+    @staticmethod
+    def probe_answer(pod: RunningPod) -> bool:
+        """The readiness probe's answer so far: a probe is started when the program runs and
+        is not ready; False until it answers."""
+        if pod.ready or pod.process is None or pod.process.poll() is not None:
+            pod.probe = None
+            return pod.ready
+        if pod.probe is None:
+            pod.probe = ReadinessProbe(pod.ready_url or "")
+        answer = pod.probe.answer()
+        if answer is None:
+            return False
+        pod.probe = None
+        return answer
 
     @staticmethod
     def runs(manifest: dict[str, Any]) -> bool:
@@ -296,11 +326,13 @@ class PodRunner:
         )
         if status not in (200, 404, 409):  # 404/409: gone already, or a new pod of that name
             log(f"deleting {meta['namespace']}/{meta['name']} answered {status}: {body}")
+        else:
+            log(f"deleted {meta['namespace']}/{meta['name']}")
 
-    def wait_for_change(self, resource_version: str) -> None:
-        """Sleep until a pod changes after resource_version, at most POLL_S: a watch used
+    def wait_for_change(self, resource_version: str, timeout_s: float = POLL_S) -> None:
+        """Sleep until a pod changes after resource_version, at most timeout_s: a watch used
         only to wake the loop (the next look lists the pods anew)."""
-        deadline = time.monotonic() + POLL_S
+        deadline = time.monotonic() + timeout_s
         time.sleep(MIN_SYNC_GAP_S)
         req = urllib.request.Request(  # noqa: S310 - the lab's own apiserver
             f"{self.lab.url}/api/v1/pods?{RUNNING_SELECTOR}&watch=true"
@@ -309,7 +341,7 @@ class PodRunner:
         )
         try:
             context = ssl.create_default_context(cafile=str(self.lab.ca_path))
-            with urllib.request.urlopen(req, timeout=POLL_S, context=context) as stream:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=timeout_s, context=context) as stream:  # noqa: S310
                 stream.read(1)  # the first event, or a timeout
             return
         except (OSError, ValueError):  # timed out, refused, or the version too old
@@ -356,14 +388,17 @@ class PodRunner:
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
         log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")
 
-    def keep_readiness(self, pod: RunningPod, manifest: dict[str, Any]) -> None:
-        """Probe until the program is ready, and keep the pod's status saying what the probe
-        found, as a kubelet's status manager does: another writer of the pod's conditions
-        (the Slinky operator patches its own in from an older copy) may undo ours."""
+    def keep_readiness(
+        self, pod: RunningPod, manifest: dict[str, Any], probed: bool | None = None
+    ) -> None:
+        """Probe until the program is ready (probed: the answer of a probe just made), and
+        keep the pod's status saying what the probe found, as a kubelet's status manager
+        does: another writer of the pod's conditions (the Slinky operator patches its own
+        in from an older copy) may undo ours."""
         if pod.process is None or pod.process.poll() is not None:
             pod.ready = False
         elif not pod.ready:
-            pod.ready = probe(pod.ready_url or "")
+            pod.ready = probe(pod.ready_url or "") if probed is None else probed
         shown = any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in manifest["status"].get("conditions") or []
@@ -406,6 +441,7 @@ class PodRunner:
         SIGTERM to every program, SIGKILL to what is left after STOP_GRACE_S (the next
         look deletes the pod objects that wait for it)."""
         alive = [pod for pod in pods if pod.process is not None and pod.process.poll() is None]
+        log(f"stopping {', '.join(pod.name for pod in pods)}")
         for pod in alive:
             if not hooks[pod.uid] and pod.process is not None:
                 pod.process.kill()  # the machine is gone: no hook, no grace
@@ -459,7 +495,7 @@ class PodRunner:
                 log(f"sync failed: {err}")
                 time.sleep(POLL_S)
                 continue
-            self.wait_for_change(resource_version)
+            self.wait_for_change(resource_version, PROBE_LOOK_S if self.probing() else POLL_S)
         self.stop_all(list(self.pods.values()), hooks=dict.fromkeys(self.pods, True))
         self.pods.clear()
         log("stopped")
@@ -480,6 +516,53 @@ def readiness_url(pod: dict[str, Any], slurm: SlurmPod) -> str | None:
         if port.get("name") == "slurmd"
     ]
     return f"http://{slurm.address}:{ports[0] if ports else SLURMD_PORT}/readyz"
+
+
+class ReadinessProbe:
+    """An HTTP readiness probe that never blocks: started at once, then looked at until it
+    has its answer (2xx or 3xx: ready) or PROBE_TIMEOUT_S passed (not ready)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.request = f"GET {parts.path or '/'} HTTP/1.0\r\nHost: {parts.netloc}\r\n\r\n".encode()
+        self.deadline = time.monotonic() + PROBE_TIMEOUT_S
+        self.sent = False
+        self.reply = b""
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setblocking(False)
+        self.sock.connect_ex((parts.hostname or "", parts.port or 80))
+
+    def answer(self) -> bool | None:
+        """True or False once known, else None (ask again later)."""
+        try:
+            answer = self._look()
+        except OSError:  # refused, reset: not ready
+            answer = False
+        if answer is None and time.monotonic() >= self.deadline:
+            answer = False
+        if answer is not None:
+            self.sock.close()
+        return answer
+
+    def _look(self) -> bool | None:
+        readable, writable, _ = select.select([self.sock], [self.sock], [], 0)
+        if not self.sent:
+            if not writable:
+                return None  # still connecting
+            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if error:
+                return False
+            self.sock.sendall(self.request)
+            self.sent = True
+            return None
+        if not readable:
+            return None
+        chunk = self.sock.recv(64)
+        self.reply += chunk
+        status_line = self.reply.split(b"\r\n", 1)[0].split()
+        if len(status_line) >= 2 and status_line[1].isdigit():
+            return 200 <= int(status_line[1]) < 400
+        return False if not chunk else None
 
 
 def probe(url: str) -> bool:

@@ -4,24 +4,29 @@
 """The Kubernetes calls of the handover protocol, on kubernetes.core's client.
 
 PRIVATE to the collection: names here can change without notice. Nodes are read and patched,
-the pods on a node listed and deleted, Events written and the lendable NodeSets nudged; the
+the pods on a node listed, watched and deleted, Events written and the lendable NodeSets nudged; the
 objects stay dicts here (the API boundary), the decisions are made on their views.
 """
 
 from __future__ import annotations
 
+import time
 import typing as t
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
+    await_change,
     delete_object,
     get_object,
     list_objects,
+    list_with_version,
     patch_object,
     write_object,
 )
 
 JSON = dict[str, t.Any]
+# Between two looks when a watch could not be had (or ended without a change).
+WATCHLESS_PAUSE_S = 0.5
 
 NODESET_API = "slinky.slurm.net/v1beta1"
 
@@ -56,6 +61,27 @@ class KubernetesCalls:
 
     def pods_on(self, name: str) -> list[JSON]:
         return list_objects(self.client, "v1", "Pod", field_selector=f"spec.nodeName={name}")
+
+    def await_pods_on(
+        self, name: str, done: Callable[[list[JSON]], bool], timeout_s: float
+    ) -> bool:
+        """Whether done(the pods on the node) turned true within timeout_s. Looked at
+        whenever those pods change (a watch), so a pod that goes is seen as it goes, not at
+        the next poll."""
+        deadline = time.monotonic() + timeout_s
+        selector = f"spec.nodeName={name}"
+        while True:
+            pods, version = list_with_version(self.client, "v1", "Pod", field_selector=selector)
+            if done(pods):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if not await_change(
+                self.client, "v1", "Pod", version, remaining, field_selector=selector
+            ):
+                # No change, or no watch to be had: a short pause before the next look.
+                time.sleep(min(WATCHLESS_PAUSE_S, max(deadline - time.monotonic(), 0.0)))
 
     def delete_pod(self, pod: Mapping[str, t.Any], grace_period_s: int | None = None) -> None:
         """Delete the pod as read; with a grace period, that pod in whatever version (a

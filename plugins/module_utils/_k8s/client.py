@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import typing as t
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
@@ -31,10 +32,13 @@ except ImportError:  # the collection, or the kubernetes Python library, is miss
     HAS_KUBERNETES_CORE = False
 
 try:
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+    from kubernetes.watch import Watch
 except ImportError:
-    DynamicApiError = Exception  # only caught below
+    ApiException = DynamicApiError = Exception  # only caught below
     ResourceNotFoundError = Exception
+    Watch = None
 
 # The apiserver did not answer at all (urllib3 comes with the kubernetes library).
 TRANSPORT_ERRORS: tuple[type[Exception], ...]
@@ -75,13 +79,54 @@ def list_objects(
     client: t.Any, api_version: str, kind: str, namespace: str | None = None, **selectors: str
 ) -> list[dict[str, t.Any]]:
     """Every object of a kind (in a namespace), as dicts."""
+    return list_with_version(client, api_version, kind, namespace, **selectors)[0]
+
+
+def list_with_version(
+    client: t.Any, api_version: str, kind: str, namespace: str | None = None, **selectors: str
+) -> tuple[list[dict[str, t.Any]], str]:
+    """Every object of a kind (in a namespace), as dicts, and the list's resourceVersion."""
     try:
         resource = client.resource(kind, api_version)
-        listed = client.get(resource, namespace=namespace, **selectors)
+        listed = client.get(resource, namespace=namespace, **selectors).to_dict()
     except (CoreException, DynamicApiError) as err:
         raise KubernetesError(f"cannot list {kind} ({api_version}): {_reason(err)}") from None
-    items: list[dict[str, t.Any]] = listed.to_dict().get("items", [])
-    return items
+    items: list[dict[str, t.Any]] = listed.get("items", [])
+    return items, str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def await_change(
+    client: t.Any,
+    api_version: str,
+    kind: str,
+    resource_version: str,
+    timeout_s: float,
+    namespace: str | None = None,
+    **selectors: str,
+) -> bool:
+    """Wait for the first change to the selection after resource_version, at most about
+    timeout_s (whole seconds, the apiserver's unit): True when one came, False when none
+    did or the watch could not be opened or was cut off. A wake-up only: the caller looks
+    again either way, so a lost watch costs time, never a wrong answer."""
+    if Watch is None or not resource_version:
+        return False
+    watcher = Watch()
+    try:
+        resource = client.resource(kind, api_version)
+        for _event in client.client.watch(
+            resource,
+            namespace=namespace,
+            resource_version=resource_version,
+            timeout=max(1, math.ceil(timeout_s)),
+            watcher=watcher,
+            **selectors,
+        ):
+            return True
+    except (CoreException, DynamicApiError, ApiException, *TRANSPORT_ERRORS):
+        return False  # the version too old (410), the connection cut: look again
+    finally:
+        watcher.stop()
+    return False
 
 
 def _reason(err: Exception) -> str:

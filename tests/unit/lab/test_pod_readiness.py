@@ -10,8 +10,10 @@ the probe found, also after another writer (the Slinky operator) put an older co
 from __future__ import annotations
 
 import http.server
+import socket
 import sys
 import threading
+import time
 import typing as t
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,3 +175,31 @@ def test_kwok_leaves_slurmd_pods_not_ready_and_others_ready() -> None:
     assert "{type: Ready, status: 'False'" in stages["slurmd-pod-running"]["next"]["statusTemplate"]
     # kwok uses none of its own pod stages once one is configured: deletion is here too.
     assert stages["pod-deleted"]["next"] == {"finalizers": {"empty": True}, "delete": True}
+
+
+def probe_until_answered(url: str) -> bool:
+    """The runner's probe, looked at as the runner does (never waiting on it)."""
+    probe = pod_runner.ReadinessProbe(url)
+    looks = 0
+    while (answer := probe.answer()) is None:
+        looks += 1
+        time.sleep(0.01)
+    assert looks < 200, "the probe outlived its timeout"
+    return answer
+
+
+def test_the_runners_probe_answers_what_slurmd_says_without_blocking(slurmd: str) -> None:
+    assert probe_until_answered(slurmd) is False  # 503 while slurmd registers
+    Slurmd.ready = True
+    assert probe_until_answered(slurmd) is True
+    # The first look returns at once, whatever the other end does.
+    probe = pod_runner.ReadinessProbe(slurmd)
+    assert probe.answer() is None
+    probe.sock.close()
+
+
+def test_the_runners_probe_of_a_port_nobody_listens_on_is_not_ready() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert probe_until_answered(f"http://127.0.0.1:{port}/readyz") is False
