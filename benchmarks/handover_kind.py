@@ -9,7 +9,7 @@
 
 Runs on the kind cluster of the handover scenario: real kubelets and containerd, the Slinky
 operator, slurmd containers and real Slurm jobs (`tests/lab` runs the same comparison on
-kwok nodes, where a pod stops the instant it is deleted: benchmarks/handover_reclaim.py).
+kwok nodes, where a deleted pod stops within a tenth of a second: benchmarks/handover_reclaim.py).
 One interactive worker is the bench node; the script leaves it free as it found it.
 
 * recipe (the seeds, 000_458bb9982460f3bb.txt): the lendable NodeSet's slurmd pods get a

@@ -438,32 +438,21 @@ class PodRunner:
 
     def stop_all(self, pods: list[RunningPod], *, hooks: dict[str, bool]) -> None:
         """Stop pods at once, as their nodes' kubelets would: every preStop hook, then
-        SIGTERM to every program, SIGKILL to what is left after STOP_GRACE_S (the next
-        look deletes the pod objects that wait for it)."""
+        SIGTERM to every program, SIGKILL to what is left after STOP_GRACE_S. The look
+        that stopped them then deletes the pod objects that wait for it."""
         alive = [pod for pod in pods if pod.process is not None and pod.process.poll() is None]
         log(f"stopping {', '.join(pod.name for pod in pods)}")
+        for pod in pods:
+            if pod.probe is not None:
+                pod.probe.close()
+                pod.probe = None
         for pod in alive:
             if not hooks[pod.uid] and pod.process is not None:
                 pod.process.kill()  # the machine is gone: no hook, no grace
                 log(
                     f"{pod.name}: its Node is gone; killed pid {pod.process.pid} without its preStop hook"
                 )
-        running_hooks = [
-            (pod, pod.slurm.start_exec(*pod.slurm.pre_stop))
-            for pod in alive
-            if hooks[pod.uid] and pod.slurm and pod.slurm.pre_stop
-        ]
-        deadline = time.monotonic() + STOP_GRACE_S
-        for pod, hook in running_hooks:
-            try:
-                _out, err = hook.communicate(timeout=max(0.0, deadline - time.monotonic()))
-                log(f"{pod.name}: preStop hook exited with {hook.returncode} {err.strip()}")
-            except subprocess.TimeoutExpired:
-                # A kubelet stops the container all the same once the hook has had its time
-                # (slurmctld being replaced at that moment leaves scontrol waiting).
-                hook.kill()
-                hook.communicate()
-                log(f"{pod.name}: preStop hook still running after {STOP_GRACE_S:g} s: killed")
+        self.run_pre_stop_hooks([pod for pod in alive if hooks[pod.uid]])
         for pod in alive:
             if pod.process is not None and pod.process.poll() is None:
                 pod.process.terminate()
@@ -483,6 +472,26 @@ class PodRunner:
                 path.unlink(missing_ok=True)  # the service account token goes with the pod
             if pod.slurm is not None:
                 self.slinky.release_pod(pod.uid, pod.slurm)
+
+    @staticmethod
+    def run_pre_stop_hooks(pods: list[RunningPod]) -> None:
+        """The pods' preStop hooks, side by side, each for at most STOP_GRACE_S."""
+        running_hooks = [
+            (pod, pod.slurm.start_exec(*pod.slurm.pre_stop))
+            for pod in pods
+            if pod.slurm and pod.slurm.pre_stop
+        ]
+        deadline = time.monotonic() + STOP_GRACE_S
+        for pod, hook in running_hooks:
+            try:
+                _out, err = hook.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                log(f"{pod.name}: preStop hook exited with {hook.returncode} {err.strip()}")
+            except subprocess.TimeoutExpired:
+                # A kubelet stops the container all the same once the hook has had its time
+                # (slurmctld being replaced at that moment leaves scontrol waiting).
+                hook.kill()
+                hook.communicate()
+                log(f"{pod.name}: preStop hook still running after {STOP_GRACE_S:g} s: killed")
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.on_signal)
@@ -541,8 +550,11 @@ class ReadinessProbe:
         if answer is None and time.monotonic() >= self.deadline:
             answer = False
         if answer is not None:
-            self.sock.close()
+            self.close()
         return answer
+
+    def close(self) -> None:
+        self.sock.close()
 
     def _look(self) -> bool | None:
         readable, writable, _ = select.select([self.sock], [self.sock], [], 0)

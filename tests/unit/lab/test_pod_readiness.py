@@ -195,7 +195,7 @@ def test_the_runners_probe_answers_what_slurmd_says_without_blocking(slurmd: str
     # The first look returns at once, whatever the other end does.
     probe = pod_runner.ReadinessProbe(slurmd)
     assert probe.answer() is None
-    probe.sock.close()
+    probe.close()
 
 
 def test_the_runners_probe_of_a_port_nobody_listens_on_is_not_ready() -> None:
