@@ -936,6 +936,26 @@ def _autoscaling(
 
 
 DEFAULT_LOGFILE_IMAGE = {"repository": "docker.io/library/alpine", "tag": "3.22"}
+# The log sidecars' program when slurm_cluster_logfile_stops_on_term is on: slurmd's or
+# slurmctld's log FIFO copied to the container's output, as Slinky's own sidecar does, but
+# ending the moment SIGTERM comes. Slinky's waits for its `sleep 1` in the foreground (1.2)
+# or ignores SIGTERM as PID 1 (1.1), which holds a slurmd pod that is going for another
+# second or its whole grace, and with it the application that waits for the node.
+LOGFILE_COMMAND = (
+    "sh",
+    "-c",
+    "set -eu\n"
+    'fifo="${SOCKET:-/tmp/logfile.log}"\n'
+    'child=""\n'
+    "trap 'kill $child 2>/dev/null || true; exit 0' TERM\n"
+    "trap 'kill $child 2>/dev/null || true; exit 1' INT HUP\n"
+    'mkdir -p "$(dirname "$fifo")"\n'
+    '[ -p "$fifo" ] || { rm -f "$fifo"; mkfifo -m 777 "$fifo"; }\n'
+    "while :; do\n"
+    '  cat "$fifo" & child=$!; wait "$child" || true\n'
+    '  sleep 1 & child=$!; wait "$child" || true\n'
+    "done\n",
+)
 GRES_AUTODETECT = ("nvidia", "nvml", "rsmi", "oneapi", "off")
 
 
@@ -992,7 +1012,7 @@ def _nodeset_values(
     settings: Mapping[str, t.Any],
     pool: Mapping[str, t.Any],
     slurmd_image: Mapping[str, str],
-    logfile_image: Mapping[str, str],
+    logfile: Mapping[str, t.Any],
     scaled: Mapping[str, Mapping[str, t.Any]],
 ) -> dict[str, t.Any]:
     """One NodeSet: the line's required fields, the site's defaults, the role's, the pool's."""
@@ -1036,7 +1056,7 @@ def _nodeset_values(
             "scalingMode": plan.scaling_mode,
             "replicas": len(plan.nodes) if plan.scaling_mode == "StatefulSet" else 0,
             "slurmd": {"image": dict(slurmd_image)},
-            "logfile": {"image": dict(logfile_image)},
+            "logfile": copy.deepcopy(dict(logfile)),
             "extraConfMap": extra_conf,
             "partition": {"enabled": False},
             "podSpec": pod_spec,
@@ -1065,7 +1085,7 @@ def _controller_values(
     settings: Mapping[str, t.Any],
     conf: Mapping[str, t.Any],
     slurmctld_image: Mapping[str, str],
-    logfile_image: Mapping[str, str],
+    logfile: Mapping[str, t.Any],
     autoscaled: bool,
 ) -> dict[str, t.Any]:
     """slurmctld: images, slurm.conf settings, metrics and how it takes a new slurm.conf."""
@@ -1077,7 +1097,7 @@ def _controller_values(
     controller: dict[str, t.Any] = {
         "slurmctld": {"image": dict(slurmctld_image)},
         "reconfigure": {"image": dict(slurmctld_image)},
-        "logfile": {"image": dict(logfile_image)},
+        "logfile": copy.deepcopy(dict(logfile)),
         "extraConfMap": _conf_map(conf),
         # slurmctld's own OpenMetrics (slurm_partition_jobs_pending drives KEDA), and the
         # ServiceMonitor that has the Prometheus operator scrape them.
@@ -1150,9 +1170,12 @@ def build_values(
             "give the mirrored image of the log sidecars, for example {repository: <mirror>/library/alpine, tag: '3.22'}",
         )
 
+    logfile: dict[str, t.Any] = {"image": logfile_image}
+    if bool(settings.get("logfile_stops_on_term", True)):
+        logfile["command"] = list(LOGFILE_COMMAND)
     nodesets = {
         plan.name: _nodeset_values(
-            plan, line, settings, pools[plan.pool], image("slurmd"), logfile_image, scaled
+            plan, line, settings, pools[plan.pool], image("slurmd"), logfile, scaled
         )
         for plan in plans
     }
@@ -1180,9 +1203,7 @@ def build_values(
     conf.update(mcs_settings(str(settings.get("mcs", "none")), accounting, release))
     conf.update(_mapping(settings.get("slurm_conf"), "slurm_cluster_slurm_conf"))
 
-    controller = _controller_values(
-        line, settings, conf, image("slurmctld"), logfile_image, bool(scaled)
-    )
+    controller = _controller_values(line, settings, conf, image("slurmctld"), logfile, bool(scaled))
     jwt_secret = _mapping(settings.get("jwt_secret"), "slurm_cluster_jwt_secret")
     values: dict[str, t.Any] = {
         "clusterName": settings.get("name", "slurm"),

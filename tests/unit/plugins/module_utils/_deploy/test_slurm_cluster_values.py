@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 import typing as t
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart i
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
     ESCALATIONS,
+    LOGFILE_COMMAND,
     ConfigError,
     build_values,
     cgroup_conf,
@@ -450,7 +454,7 @@ def test_every_log_sidecar_uses_the_site_image() -> None:
     """The chart's slurmctld log sidecar defaults to alpine:latest: unpinned, not mirrored."""
     mirror = {"repository": "mirror.site/library/busybox", "tag": "1.38"}
     values = build_values({**SETTINGS, "logfile_image": mirror}, NODES)
-    assert values["controller"]["logfile"] == {"image": mirror}
+    assert values["controller"]["logfile"] == {"image": mirror, "command": list(LOGFILE_COMMAND)}
     assert {
         n["logfile"]["image"]["repository"] for n in values["nodesets"].values() if n.get("enabled")
     } == {mirror["repository"]}
@@ -458,6 +462,52 @@ def test_every_log_sidecar_uses_the_site_image() -> None:
     assert build_values(SETTINGS, NODES)["controller"]["logfile"]["image"]["tag"] == "3.22"
     with pytest.raises(ConfigError, match="slurm_cluster_logfile_image"):
         build_values({**SETTINGS, "logfile_image": "busybox"}, NODES)
+
+
+def test_every_log_sidecar_runs_the_collections_program_unless_told_not_to() -> None:
+    sidecars = lambda values: [  # noqa: E731
+        values["controller"]["logfile"],
+        *(n["logfile"] for n in values["nodesets"].values() if n.get("enabled")),
+    ]
+    assert {tuple(s["command"]) for s in sidecars(build_values(SETTINGS, NODES))} == {
+        LOGFILE_COMMAND
+    }
+    kept = build_values({**SETTINGS, "logfile_stops_on_term": False}, NODES)  # Slinky's own
+    assert all("command" not in s for s in sidecars(kept))
+
+
+def test_the_log_sidecars_program_copies_the_log_and_ends_at_once_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """Run for real (sh here, busybox's in the images): what slurmd writes into the FIFO
+    comes out, and SIGTERM ends it while it waits for the next writer, where a shell that
+    runs its reader in the foreground would wait on with its trap (for ever: nobody opens
+    the FIFO again once slurmd has stopped)."""
+    fifo = tmp_path / "slurmd.log"
+    output = tmp_path / "sidecar.out"
+    with output.open("w") as out_file:
+        sidecar = subprocess.Popen(
+            list(LOGFILE_COMMAND),
+            env={"SOCKET": str(fifo), "PATH": "/usr/bin:/bin"},
+            stdout=out_file,
+        )
+    try:
+        for _ in range(100):
+            if fifo.is_fifo():
+                break
+            time.sleep(0.02)
+        with fifo.open("w") as slurmd:  # blocks until the sidecar reads: then it writes
+            slurmd.write("slurmd: started\n")
+        time.sleep(1.5)  # past its pause: back at the FIFO, waiting for the next writer
+        sidecar.terminate()
+        returncode = sidecar.wait(timeout=10)
+    finally:
+        sidecar.kill()
+    assert returncode == 0
+    assert output.read_text() == "slurmd: started\n"
+    # Its reader went with it: nobody holds the FIFO open.
+    leftover = subprocess.run(["pgrep", "-f", f"cat {fifo}"], capture_output=True, check=False)
+    assert leftover.stdout == b""
 
 
 # ---- one values builder, two Slinky lines (issue 18's findings) -------------------------
