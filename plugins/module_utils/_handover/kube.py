@@ -4,8 +4,9 @@
 """The Kubernetes calls of the handover protocol, on kubernetes.core's client.
 
 PRIVATE to the collection: names here can change without notice. Nodes are read and patched,
-the pods on a node listed, watched and deleted, Events written and the lendable NodeSets nudged; the
-objects stay dicts here (the API boundary), the decisions are made on their views.
+the pods on a node listed, watched and deleted, Events written and the lendable NodeSets
+nudged; the objects stay dicts here (the API boundary), the decisions are made on their
+views.
 """
 
 from __future__ import annotations
