@@ -557,7 +557,7 @@ class ReadinessProbe:
         self.sock.close()
 
     def _look(self) -> bool | None:
-        readable, writable, _ = select.select([self.sock], [self.sock], [], 0)
+        readable, writable, _failed = select.select([self.sock], [self.sock], [], 0)
         if not self.sent:
             if not writable:
                 return None  # still connecting

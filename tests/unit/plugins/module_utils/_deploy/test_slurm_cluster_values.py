@@ -492,7 +492,7 @@ def test_the_log_sidecars_program_copies_the_log_and_ends_at_once_on_sigterm(
             stdout=out_file,
         )
     try:
-        for _ in range(100):
+        for _look in range(100):
             if fifo.is_fifo():
                 break
             time.sleep(0.02)
