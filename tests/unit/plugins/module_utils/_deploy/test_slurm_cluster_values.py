@@ -465,10 +465,12 @@ def test_every_log_sidecar_uses_the_site_image() -> None:
 
 
 def test_every_log_sidecar_runs_the_collections_program_unless_told_not_to() -> None:
-    sidecars = lambda values: [  # noqa: E731
-        values["controller"]["logfile"],
-        *(n["logfile"] for n in values["nodesets"].values() if n.get("enabled")),
-    ]
+    def sidecars(values: dict[str, t.Any]) -> list[dict[str, t.Any]]:
+        return [
+            values["controller"]["logfile"],
+            *(n["logfile"] for n in values["nodesets"].values() if n.get("enabled")),
+        ]
+
     assert {tuple(s["command"]) for s in sidecars(build_values(SETTINGS, NODES))} == {
         LOGFILE_COMMAND
     }
