@@ -5,7 +5,7 @@
 
     HPCOPS_KIND_IMAGES=local molecule converge -s handover    # the kind cluster, site.yml
     .venv/bin/python benchmarks/handover_kind.py [--trials 5] [--cap 60] [--cases events]
-    molecule destroy -s handover
+    HPCOPS_KIND_IMAGES=local molecule destroy -s handover   # as converged: the local images
 
 Runs on the kind cluster of the handover scenario: real kubelets and containerd, the Slinky
 operator, slurmd containers and real Slurm jobs (`tests/lab` runs the same comparison on
