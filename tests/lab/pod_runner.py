@@ -35,7 +35,6 @@ one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
 from __future__ import annotations
 
 import argparse
-import http.client
 import select
 import signal
 import socket
@@ -43,7 +42,6 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -76,8 +74,6 @@ SLURMD_PORT = 6818
 PROBE_TIMEOUT_S = 1.0
 # How soon the runner looks again while a readiness probe waits for its answer.
 PROBE_LOOK_S = 0.1
-# A kubelet probes the pod directly, whatever proxy the environment names.
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def log(message: str) -> None:
@@ -388,17 +384,15 @@ class PodRunner:
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
         log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")
 
-    def keep_readiness(
-        self, pod: RunningPod, manifest: dict[str, Any], probed: bool | None = None
-    ) -> None:
-        """Probe until the program is ready (probed: the answer of a probe just made), and
-        keep the pod's status saying what the probe found, as a kubelet's status manager
-        does: another writer of the pod's conditions (the Slinky operator patches its own
-        in from an older copy) may undo ours."""
+    def keep_readiness(self, pod: RunningPod, manifest: dict[str, Any], probed: bool) -> None:
+        """Until the program is ready, take the probe's answer so far (probed), and keep the
+        pod's status saying it, as a kubelet's status manager does: another writer of the
+        pod's conditions (the Slinky operator patches its own in from an older copy) may
+        undo ours."""
         if pod.process is None or pod.process.poll() is not None:
             pod.ready = False
         elif not pod.ready:
-            pod.ready = probe(pod.ready_url or "") if probed is None else probed
+            pod.ready = probed
         shown = any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in manifest["status"].get("conditions") or []
@@ -575,15 +569,6 @@ class ReadinessProbe:
         if len(status_line) >= 2 and status_line[1].isdigit():
             return 200 <= int(status_line[1]) < 400
         return False if not chunk else None
-
-
-def probe(url: str) -> bool:
-    """An HTTP readiness probe: success on any 2xx or 3xx answer, as a kubelet counts it."""
-    try:
-        with NO_PROXY.open(url, timeout=PROBE_TIMEOUT_S) as answer:
-            return 200 <= answer.status < 400
-    except (urllib.error.URLError, OSError, http.client.HTTPException):
-        return False  # refused, timed out or cut off: a failed probe, not the runner's end
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,7 +102,7 @@ def slurmd_pod(url: str, *, alive: bool = True) -> pod_runner.RunningPod:
 def test_a_slurmd_that_does_not_answer_ready_leaves_its_pod_not_ready(slurmd: str) -> None:
     pod = slurmd_pod(slurmd)
     runner, apiserver = runner_with(pod)
-    runner.keep_readiness(pod, manifest(ready=False))
+    runner.keep_readiness(pod, manifest(ready=False), probe_until_answered(pod.ready_url or ""))
     assert apiserver.patches == []
     assert not pod.ready
 
@@ -112,7 +112,7 @@ def marked_ready(url: str) -> tuple[pod_runner.PodRunner, pod_runner.RunningPod,
     pod = slurmd_pod(url)
     runner, apiserver = runner_with(pod)
     Slurmd.ready = True
-    runner.keep_readiness(pod, manifest(ready=False))
+    runner.keep_readiness(pod, manifest(ready=False), probe_until_answered(pod.ready_url or ""))
     return runner, pod, apiserver
 
 
@@ -137,9 +137,13 @@ def test_ready_is_written_again_when_another_writer_put_an_older_status_back(
     slurmd: str,
 ) -> None:
     runner, pod, apiserver = marked_ready(slurmd)
-    runner.keep_readiness(pod, manifest(ready=True))  # the status as written: nothing to do
+    runner.keep_readiness(
+        pod, manifest(ready=True), probe_until_answered(pod.ready_url or "")
+    )  # the status as written: nothing to do
     assert len(apiserver.patches) == 1
-    runner.keep_readiness(pod, manifest(ready=False))  # undone by an older copy
+    runner.keep_readiness(
+        pod, manifest(ready=False), probe_until_answered(pod.ready_url or "")
+    )  # undone by an older copy
     assert len(apiserver.patches) == 2
 
 
@@ -147,7 +151,7 @@ def test_a_slurmd_that_exited_makes_its_pod_not_ready(slurmd: str) -> None:
     pod = slurmd_pod(slurmd, alive=False)
     pod.ready = True
     runner, apiserver = runner_with(pod)
-    runner.keep_readiness(pod, manifest(ready=True))
+    runner.keep_readiness(pod, manifest(ready=True), probe_until_answered(pod.ready_url or ""))
     [(_path, patch, _type)] = apiserver.patches
     assert {c["status"] for c in patch["status"]["conditions"]} == {"False"}
     assert not pod.ready
