@@ -105,8 +105,7 @@ class SourceArchive:
             )
         SOURCES_DIR.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=SOURCES_DIR) as scratch:
-            with tarfile.open(self.path) as archive:
-                archive.extractall(scratch, filter="data")
+            unpack_archive(self.path, Path(scratch))
             if not Path(scratch, self.name, "go.mod").exists():
                 raise LabError(f"{self.path} does not unpack into {self.name}/ with a go.mod")
             shutil.rmtree(tree, ignore_errors=True)
@@ -114,6 +113,24 @@ class SourceArchive:
         stamp.write_text(self.sha256 + "\n")
         log(f"unpacked {self.path.name} (sha256 checked) into {tree}")
         return tree
+
+
+def unpack_archive(archive: Path, into: Path) -> None:
+    """Unpack a release archive, refusing members that would land outside `into`: Python's
+    "data" filter where it has one (3.11.4 and later; Debian 12's 3.11.2 has not), GNU tar
+    (which refuses ``..`` and absolute names) where not."""
+    if hasattr(tarfile, "data_filter"):
+        with tarfile.open(archive) as tar:
+            tar.extractall(into, filter="data")
+        return
+    proc = subprocess.run(
+        ["tar", "-xf", str(archive), "-C", str(into), "--no-same-owner", "--no-same-permissions"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise LabError(f"tar could not unpack {archive}: {proc.stderr.strip()[:400]}")
 
 
 # What ../shared/sources/README.md lists (tag, commit, sha256), by module and version.
