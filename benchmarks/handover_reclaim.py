@@ -300,6 +300,7 @@ class Bench:
                 inner = handover.slurm.inner
                 shared = inner if isinstance(inner, SharedNodeReads) else None
                 reads_before = shared.reads if shared else 0
+                deletes_before = shared.delete_calls if shared else 0
                 outcomes = list(pool.map(lambda n: handover.run(n, "reclaim"), names))
                 bad = [(o.node, o.message) for o in outcomes if o.result != "free"]
                 if bad:
@@ -330,7 +331,8 @@ class Bench:
                 if shared:
                     print(
                         f"    reads of all Slurm nodes shared by the workers: "
-                        f"{shared.reads - reads_before}",
+                        f"{shared.reads - reads_before}; calls deleting node records: "
+                        f"{shared.delete_calls - deletes_before}",
                         flush=True,
                     )
                 results.append((elapsed, slowest))

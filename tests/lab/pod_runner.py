@@ -44,6 +44,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ RUN_BY_VALUE = "pod-runner"
 REFRESH_S = 5.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STOP_GRACE_S = 10.0
+# Pods whose programs stopped are deleted side by side, by at most this many calls at once.
+DELETE_WORKERS = 8
 TOKEN_LIFETIME_S = 24 * 3600
 # Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
 OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
@@ -240,10 +243,15 @@ class PodRunner:
             hosts_changed |= any(pod.slurm is not None for pod in stopped)
         # Pods of ours that are being deleted and whose programs have stopped (just now, or
         # before a restart of the runner): the kubelet's last word, the object goes.
-        for uid, manifest in running.items():
-            meta = manifest["metadata"]
-            if uid not in self.pods and meta.get("deletionTimestamp") and self.runs(manifest):
-                self.delete_terminated(manifest)
+        self.delete_terminated(
+            [
+                manifest
+                for uid, manifest in running.items()
+                if uid not in self.pods
+                and manifest["metadata"].get("deletionTimestamp")
+                and self.runs(manifest)
+            ]
+        )
         for uid, manifest in wanted.items():
             if uid in machine_gone or uid in self.pods:
                 continue
@@ -311,9 +319,17 @@ class PodRunner:
             return False
         return not body["metadata"].get("deletionTimestamp")
 
-    def delete_terminated(self, manifest: dict[str, Any]) -> None:
-        """Delete a pod whose program has stopped, with no grace left, as a kubelet does
-        once its containers have ended (only this pod: its uid is a precondition)."""
+    def delete_terminated(self, manifests: list[dict[str, Any]]) -> None:
+        """Delete pods whose programs have stopped, with no grace left, as a kubelet does
+        once its containers have ended (only those pods: each uid is a precondition). Side
+        by side, as the kubelets of their nodes would, not one after the other."""
+        if len(manifests) > 1:
+            with ThreadPoolExecutor(max_workers=min(len(manifests), DELETE_WORKERS)) as pool:
+                list(pool.map(self.delete_one_terminated, manifests))
+        elif manifests:
+            self.delete_one_terminated(manifests[0])
+
+    def delete_one_terminated(self, manifest: dict[str, Any]) -> None:
         meta = manifest["metadata"]
         status, body = self.lab.request(
             "DELETE",
@@ -464,8 +480,7 @@ class PodRunner:
         for pod in pods:
             for path in pod.files:
                 path.unlink(missing_ok=True)  # the service account token goes with the pod
-            if pod.slurm is not None:
-                self.slinky.release_pod(pod.uid, pod.slurm)
+        self.slinky.release_pods([(pod.uid, pod.slurm) for pod in pods if pod.slurm is not None])
 
     @staticmethod
     def run_pre_stop_hooks(pods: list[RunningPod]) -> None:

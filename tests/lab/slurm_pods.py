@@ -37,7 +37,7 @@ import json
 import os
 import shlex
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,22 +243,29 @@ class SlinkyCluster:
         add_netns_on_bridge(name, BRIDGE, address)
         return name, address
 
-    def release_pod(self, uid: str, pod: SlurmPod) -> None:
-        """After the pod's main process stopped: what it left (slurmstepd, job processes),
-        its namespace and the cgroups slurmd made for it.  Its files stay for the logs."""
-        self.addresses.pop(uid, None)
-        (pod.workdir / "exec.json").unlink(missing_ok=True)  # no `exec` into a stopped pod
-        if not pod.netns or not Path(f"/run/netns/{pod.netns}").exists():
+    def release_pods(self, pods: Sequence[tuple[str, SlurmPod]]) -> None:
+        """After the pods' main processes stopped: what they left (slurmstepd, job processes),
+        their namespaces and the cgroups slurmd made for them.  Their files stay for the logs.
+        One look at the chroot's processes serves every pod that stopped at once: a look per
+        pod was most of the runner's second when 32 nodes were reclaimed together."""
+        namespaces: dict[int, SlurmPod] = {}
+        for uid, pod in pods:
+            self.addresses.pop(uid, None)
+            (pod.workdir / "exec.json").unlink(missing_ok=True)  # no `exec` into a stopped pod
+            with contextlib.suppress(OSError):
+                if pod.netns:
+                    namespaces[os.stat(f"/run/netns/{pod.netns}").st_ino] = pod
+        if not namespaces:
             return
-        inode = os.stat(f"/run/netns/{pod.netns}").st_ino
         stop_pids(
-            [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) == inode],
+            [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces],
             in_chroot(self.root),
             grace_s=2.0,
         )
-        sh("ip", "netns", "delete", pod.netns, check=False)
-        if pod.kind == "slurmd":
-            remove_cgroups(f"slurm_{pod.hostname}")
+        for pod in namespaces.values():
+            sh("ip", "netns", "delete", pod.netns, check=False)
+            if pod.kind == "slurmd":
+                remove_cgroups(f"slurm_{pod.hostname}")
 
     def down(self) -> None:
         """Stop every process in the chroot, delete the pods' namespaces, cgroups and bridge."""

@@ -10,10 +10,16 @@ than one read per worker.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import typing as t
 from collections.abc import Callable
+
+try:
+    from hostlist import collect_hostlist as compress_hostlist
+except ImportError:  # deletes then go one node per call
+    compress_hostlist = None
 
 JSON = dict[str, t.Any]
 
@@ -27,11 +33,17 @@ class SharedNodeReads:
     was 32 calls to slurmrestd per poll, each slower the more there were.  Here a worker
     gets the node from the newest read of all nodes, if that read started after the worker's
     own last write and no longer than max_age_s ago; else it makes a new read, which the
-    workers that ask meanwhile share.  Writes and job calls go straight through.
+    workers that ask meanwhile share.  Deletes of node records asked for together go in one
+    call; other writes and job calls go straight through.
     """
 
     def __init__(
-        self, slurm: t.Any, max_age_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        slurm: t.Any,
+        max_age_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        batch_deletes: bool = True,
     ) -> None:
         self.slurm = slurm
         self.max_age_s = max_age_s
@@ -41,6 +53,12 @@ class SharedNodeReads:
         self._started = float("-inf")  # when the newest read was sent
         self._nodes: dict[str, JSON] = {}
         self._written = threading.local()  # this worker's last write
+        # Deletes: those asked for and not sent yet; the answers of those another worker sent.
+        self._delete_lock = threading.Lock()
+        self._deletes_asked: set[str] = set()
+        self._deletes_done: dict[str, tuple[Exception | None, float]] = {}
+        self.batch_deletes = compress_hostlist is not None and batch_deletes
+        self.delete_calls = 0  # calls made to delete nodes, for tests and the benchmark
 
     def node(self, name: str) -> JSON | None:
         wanted = max(self.clock() - self.max_age_s, getattr(self._written, "at", float("-inf")))
@@ -63,7 +81,52 @@ class SharedNodeReads:
         self._write(self.slurm.update_node, name, changes)
 
     def delete_node(self, name: str) -> None:
-        self._write(self.slurm.delete_node, name)
+        """Delete a node's record; deletes asked for while another is under way go together
+        in the next call, as one host list (group commit). 32 nodes given back at once made 32
+        calls, which slurmctld serves one after the other (1.7 s in the lab); now two. A
+        batch that fails is sent again node by node, so each worker gets its own answer."""
+        with self._lock:
+            self._deletes_asked.add(name)
+        with self._delete_lock:  # one delete call at a time
+            with self._lock:
+                if name not in self._deletes_asked:  # an earlier batch had it: its answer
+                    error, at = self._deletes_done.pop(name)
+                    self._written.at = at
+                    if error is not None:
+                        raise error
+                    return
+                batch = sorted(self._deletes_asked)
+                self._deletes_asked.clear()
+            answers = self._delete_batch(batch)
+            with self._lock:
+                at = self.clock()
+                for other in batch:
+                    if other != name:
+                        self._deletes_done[other] = (answers[other], at)
+            self._written.at = at
+            own_error = answers[name]
+            if own_error is not None:
+                raise own_error
+
+    def _delete_batch(self, names: list[str]) -> dict[str, Exception | None]:
+        """Each name's error (None: deleted), from one call for all of them or else one each."""
+        if len(names) > 1 and self.batch_deletes:
+            self.delete_calls += 1
+            # A refused batch may have deleted some of its nodes (slurmctld deletes what it
+            # can, then answers 422 for the whole list): node by node, those answer "gone".
+            with contextlib.suppress(Exception):
+                self.slurm.delete_node(compress_hostlist(names))
+                return dict.fromkeys(names)
+        answers: dict[str, Exception | None] = {}
+        for name in names:
+            self.delete_calls += 1
+            try:
+                self.slurm.delete_node(name)
+            except Exception as err:  # noqa: BLE001 - the asking worker's to raise
+                answers[name] = err
+            else:
+                answers[name] = None
+        return answers
 
     def signal_job(self, job_id: int | str, signal: str = "SIGKILL") -> None:
         self._write(self.slurm.signal_job, job_id, signal)

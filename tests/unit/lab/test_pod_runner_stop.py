@@ -53,9 +53,11 @@ class Slinky:
 
     def __init__(self) -> None:
         self.released: list[str] = []
+        self.batches = 0
 
-    def release_pod(self, uid: str, _pod: t.Any) -> None:
-        self.released.append(uid)
+    def release_pods(self, pods: t.Any) -> None:
+        self.released.extend(uid for uid, _pod in pods)
+        self.batches += 1
 
     def write_hosts(self, _services: t.Any) -> None:
         pass
@@ -155,3 +157,25 @@ def test_a_pod_on_a_node_that_is_gone_is_killed_without_its_hook_and_left_to_the
     assert pod.process is not None and pod.process.returncode == -9
     assert not (tmp_path / "hooks" / "slurm-worker-hpc-9").exists()
     assert apiserver.writes == []
+
+
+def test_pods_deleted_together_are_released_at_once_and_each_deleted_by_its_uid(
+    tmp_path: Path,
+) -> None:
+    names = [f"slurm-worker-hpc-{i}" for i in range(10)]
+    pods = [running_pod(tmp_path, name) for name in names]
+    apiserver = Apiserver([manifest(pod, deleting=True) for pod in pods])
+    runner = runner_for(apiserver, pods)
+    runner.sync()
+    assert runner.pods == {}
+    slinky = t.cast(Slinky, runner.slinky)
+    assert sorted(slinky.released) == sorted(pod.uid for pod in pods)
+    assert slinky.batches == 1
+    assert sorted(apiserver.writes, key=lambda write: write[1]) == [
+        (
+            "DELETE",
+            f"/api/v1/namespaces/slurm/pods/{pod.name.split('/')[1]}",
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": pod.uid}},
+        )
+        for pod in sorted(pods, key=lambda pod: pod.name)
+    ]

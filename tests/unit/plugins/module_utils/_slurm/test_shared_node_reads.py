@@ -14,6 +14,7 @@ from fake_slurmrestd import FakeSlurmRestd
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     Connection,
     SlurmRestClient,
+    SlurmRestError,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.shared_reads import (
     SHARED_READS_FROM,
@@ -125,3 +126,80 @@ def test_reads_are_shared_from_enough_workers(workers: int, shared_from: int, sh
     chosen = slurm_for_workers(client, workers, 0.5, shared_from)
     assert isinstance(chosen, SharedNodeReads) is shared
     assert (chosen.slurm if shared else chosen) is client
+
+
+class DeletingSlurm:
+    """The delete calls a SharedNodeReads makes; the first waits until `release` is set, so
+    that the other workers ask meanwhile; names in `refused` (or any host list, with
+    `hostlists=False`) are answered with an error."""
+
+    def __init__(self, refused: tuple[str, ...] = (), *, hostlists: bool = True) -> None:
+        self.calls: list[str] = []
+        self.release = threading.Event()
+        self.refused = refused
+        self.hostlists = hostlists
+
+    def delete_node(self, name: str) -> None:
+        first = not self.calls
+        self.calls.append(name)
+        if first:
+            assert self.release.wait(5)
+        if name in self.refused or ("[" in name and not self.hostlists):
+            raise SlurmRestError(f"node {name}: Invalid node name specified", status=422)
+
+
+def delete_together(slurm: DeletingSlurm, names: list[str]) -> dict[str, Exception | None]:
+    """The first name's delete under way, the others asked for meanwhile; each one's answer."""
+    reads = SharedNodeReads(slurm, max_age_s=1)
+    answers: dict[str, Exception | None] = {}
+
+    def delete(name: str) -> None:
+        try:
+            reads.delete_node(name)
+        except SlurmRestError as err:
+            answers[name] = err
+        else:
+            answers[name] = None
+
+    first = threading.Thread(target=delete, args=(names[0],))
+    first.start()
+    while not slurm.calls:
+        time.sleep(0.001)
+    others = [threading.Thread(target=delete, args=(name,)) for name in names[1:]]
+    for worker in others:
+        worker.start()
+    while len(reads._deletes_asked) < len(others):
+        time.sleep(0.001)
+    slurm.release.set()
+    for worker in [first, *others]:
+        worker.join(5)
+    assert reads.delete_calls == len(slurm.calls)
+    return answers
+
+
+def test_deletes_asked_for_while_one_is_under_way_go_in_one_call_as_a_host_list() -> None:
+    slurm = DeletingSlurm()
+    names = [f"int{i:02d}" for i in range(1, 33)]
+    answers = delete_together(slurm, names)
+    assert slurm.calls == ["int01", "int[02-32]"]
+    assert answers == dict.fromkeys(names)
+
+
+def test_a_batch_refused_is_sent_again_node_by_node_and_each_worker_gets_its_answer() -> None:
+    slurm = DeletingSlurm(refused=("int03",), hostlists=False)
+    answers = delete_together(slurm, ["int01", "int02", "int03", "int04"])
+    assert slurm.calls == ["int01", "int[02-04]", "int02", "int03", "int04"]
+    assert answers["int01"] is None and answers["int02"] is None and answers["int04"] is None
+    assert "int03" in str(answers["int03"])
+
+
+def test_a_delete_alone_is_one_call_for_its_node() -> None:
+    slurm = DeletingSlurm()
+    slurm.release.set()
+    reads = SharedNodeReads(slurm, max_age_s=1)
+    reads.delete_node("int07")
+    assert slurm.calls == ["int07"] and reads.delete_calls == 1
+    refused = DeletingSlurm(refused=("int08",))
+    refused.release.set()
+    with pytest.raises(SlurmRestError, match="int08"):
+        SharedNodeReads(refused, max_age_s=1).delete_node("int08")
