@@ -121,6 +121,11 @@ class SessionEngine(DockerEngine):
             if time.monotonic() > deadline:
                 raise LabError(f"another test module still used dockerd after {timeout_s:.0f} s")
             time.sleep(2)
+        # dockerd's pid goes first; its firewall rules, docker0 and mounts after, while the
+        # user that stops it holds the lock alone: wait for its whole down (a cold run
+        # compared the firewall in between and found docker's chains still there).
+        with USERS_LOCK.open("w") as users:
+            fcntl.flock(users, fcntl.LOCK_SH)
 
 
 @pytest.fixture(scope="module")

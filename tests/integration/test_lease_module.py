@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import typing as t
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from ansible_runner import run_task
@@ -106,11 +109,39 @@ def test_a_run_may_wait_for_the_holder_to_give_the_lease_back(
     held = take("run-b", wait_s=2, poll_interval_s=0.5)
     assert (held["acquired"], held["holder"]) == (False, "run-a")
     assert held["waited_s"] >= 2
-    # run-a gives it back while run-b waits: run-b gets it without waiting it out.
+    # run-a gives it back while run-b waits: run-b gets it without waiting it out. The
+    # release comes once run-b's module has polled a few times: on a busy machine
+    # ansible-playbook alone may take longer to start than any fixed pause (a cold
+    # `make test` released before run-b had looked once).
     with ThreadPoolExecutor(max_workers=1) as pool:
         waiting = pool.submit(take, "run-b", wait_s=60, poll_interval_s=0.5)
-        time.sleep(3)
+        deadline = time.monotonic() + 60
+        while not module_running("lease") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert module_running("lease"), "run-b's lease module did not start within 60 s"
+        time.sleep(2)
         take("run-a", state="released")
         taken = waiting.result(timeout=90)
     assert (taken["acquired"], taken["holder"], taken["decision"]) == (True, "run-b", "create")
     assert 2 <= taken["waited_s"] < 30
+
+
+def module_running(name: str) -> bool:
+    """Whether a module of that name, started by this test process (not by another lane of
+    `make test`), runs now: ansible runs it as AnsiballZ_<name>.py."""
+    marker = f"AnsiballZ_{name}.py".encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (proc / "cmdline").read_bytes() and descends_from_us(int(proc.name)):
+                    return True
+    return False
+
+
+def descends_from_us(pid: int) -> bool:
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return False
