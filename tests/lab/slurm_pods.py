@@ -246,8 +246,8 @@ class SlinkyCluster:
     def release_pods(self, pods: Sequence[tuple[str, SlurmPod]]) -> None:
         """After the pods' main processes stopped: what they left (slurmstepd, job processes),
         their namespaces and the cgroups slurmd made for them.  Their files stay for the logs.
-        One look at the chroot's processes serves every pod that stopped at once: a look per
-        pod was most of the runner's second when 32 nodes were reclaimed together."""
+        One look at the chroot's processes serves every pod that stopped at once (32 nodes
+        reclaimed together made 32 scans of /proc, one after the other)."""
         namespaces: dict[int, SlurmPod] = {}
         for uid, pod in pods:
             self.addresses.pop(uid, None)
