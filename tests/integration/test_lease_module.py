@@ -110,9 +110,9 @@ def test_a_run_may_wait_for_the_holder_to_give_the_lease_back(
     assert (held["acquired"], held["holder"]) == (False, "run-a")
     assert held["waited_s"] >= 2
     # run-a gives it back while run-b waits: run-b gets it without waiting it out. The
-    # release comes once run-b's module has polled a few times: on a busy machine
-    # ansible-playbook alone may take longer to start than any fixed pause (a cold
-    # `make test` released before run-b had looked once).
+    # release comes 2 s after run-b's module started: on a busy machine ansible-playbook
+    # alone may take longer to start than a fixed pause (in a cold `make test` run-b had
+    # waited 1.5 s when the release came).
     with ThreadPoolExecutor(max_workers=1) as pool:
         waiting = pool.submit(take, "run-b", wait_s=60, poll_interval_s=0.5)
         deadline = time.monotonic() + 60
