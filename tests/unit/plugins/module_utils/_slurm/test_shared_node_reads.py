@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import typing as t
 
 import pytest
 from fake_slurmrestd import FakeSlurmRestd
@@ -148,6 +149,14 @@ class DeletingSlurm:
             raise SlurmRestError(f"node {name}: Invalid node name specified", status=422)
 
 
+def wait_for(done: t.Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Fail, rather than hang the suite, when the workers never get there."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {what}"
+        time.sleep(0.001)
+
+
 def delete_together(slurm: DeletingSlurm, names: list[str]) -> dict[str, Exception | None]:
     """The first name's delete under way, the others asked for meanwhile; each one's answer."""
     reads = SharedNodeReads(slurm, max_age_s=1)
@@ -163,13 +172,11 @@ def delete_together(slurm: DeletingSlurm, names: list[str]) -> dict[str, Excepti
 
     first = threading.Thread(target=delete, args=(names[0],))
     first.start()
-    while not slurm.calls:
-        time.sleep(0.001)
+    wait_for(lambda: bool(slurm.calls), "the first delete to be sent")
     others = [threading.Thread(target=delete, args=(name,)) for name in names[1:]]
     for worker in others:
         worker.start()
-    while len(reads._deletes_asked) < len(others):
-        time.sleep(0.001)
+    wait_for(lambda: len(reads._deletes_asked) == len(others), "the other deletes to be asked")
     slurm.release.set()
     for worker in [first, *others]:
         worker.join(5)
