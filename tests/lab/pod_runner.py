@@ -260,7 +260,10 @@ class PodRunner:
             except LabError as err:  # a ConfigMap not written yet: the kubelet waits too
                 log(f"not starting {manifest['metadata']['name']} yet: {err}")
                 continue
-            if spec is None or not self.claim(manifest):
+            if spec is None:
+                continue
+            if not self.claim(manifest):
+                self.discard(spec)
                 continue
             self.pods[uid] = spec
             hosts_changed |= spec.slurm is not None
@@ -315,9 +318,21 @@ class PodRunner:
             content_type="application/merge-patch+json",
         )
         if status != 200 or not isinstance(body, dict):
-            log(f"not starting {meta['namespace']}/{meta['name']}: marking it answered {status}")
+            said = body.get("message") if isinstance(body, dict) else body
+            log(
+                f"not starting {meta['namespace']}/{meta['name']} yet: marking it answered "
+                f"{status} ({said})"
+            )
             return False
         return not body["metadata"].get("deletionTimestamp")
+
+    def discard(self, spec: RunningPod) -> None:
+        """Give back what spec_for set aside for a pod that is not started after all: its
+        address and network namespace. The next look makes a new spec, and a second address
+        for the same hostname in /etc/hosts sent slurmrestd to the empty one (a cold run:
+        every NodeSet stuck on `Unable to contact slurm controller`)."""
+        if spec.slurm is not None:
+            self.slinky.release_pods([(spec.uid, spec.slurm)])
 
     def delete_terminated(self, manifests: list[dict[str, Any]]) -> None:
         """Delete pods whose programs have stopped, with no grace left, as a kubelet does

@@ -179,3 +179,28 @@ def test_pods_deleted_together_are_released_at_once_and_each_deleted_by_its_uid(
         )
         for pod in sorted(pods, key=lambda pod: pod.name)
     ]
+
+
+class ReplacedPodApiserver(Apiserver):
+    """The pod was replaced (same name, new uid) between the runner's list and its claim:
+    the apiserver refuses the annotation as it refuses a changed metadata.uid."""
+
+    def request(self, method: str, path: str, body: t.Any = None, **_kw: t.Any) -> t.Any:
+        self.writes.append((method, path, body))
+        return 422, {"message": 'metadata.uid: Invalid value: "new": field is immutable'}
+
+
+def test_a_pod_not_claimed_gives_back_the_address_its_spec_took(tmp_path: Path) -> None:
+    """A spec sets aside an address and a network namespace; a pod that is then not started
+    (claimed too late) must give them back, or its hostname gets a second, empty address."""
+    pod = pod_runner.RunningPod(
+        uid="uid-ctld", name="slurm/slurm-controller-0", argv=[], env={}, log_path=tmp_path / "l"
+    )
+    pod.slurm = t.cast(t.Any, object())
+    apiserver = ReplacedPodApiserver([manifest(pod, deleting=False, ours=False)])
+    runner = runner_for(apiserver, [])
+    runner.spec_for = lambda _manifest: pod  # type: ignore[method-assign]
+    runner.sync()
+    assert runner.pods == {}
+    assert [write[0] for write in apiserver.writes] == ["PATCH"]
+    assert t.cast(Slinky, runner.slinky).released == ["uid-ctld"]
