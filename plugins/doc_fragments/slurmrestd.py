@@ -125,3 +125,18 @@ attributes:
     membership:
       - hpcops.slinky.slurmrestd
 """
+
+    # The accounting modules: slurmdbd's records through slurmrestd's /slurmdb/ API.
+    ACCOUNTING = r"""
+options:
+  cluster:
+    description:
+      - The cluster, as slurmdbd knows it (C(ClusterName) of slurm.conf), the records
+        belong to.
+      - Unset, the one cluster slurmdbd keeps; an error names them when it keeps several.
+    type: str
+notes:
+  - Needs Slurm with accounting (C(AccountingStorageType=accounting_storage/slurmdbd)) and
+    slurmrestd started with C(-s openapi/slurmctld,openapi/slurmdbd). The user the requests
+    are made as (O(user)) must be a Slurm administrator or operator, or root.
+"""

@@ -10,7 +10,9 @@ For each release and each API version the lab offers, this writes
 a known state: one node runs a job (requeue, MCS label ``tenantA``), one is drained with
 reason ``hpcops: reclaim test``, one is idle (with a maintenance reservation that starts
 tomorrow), and one held job is pending.  ``<release>/openapi_info.json`` holds the ``info``
-object and the sorted path keys of ``GET /openapi/v3``.  Tokens never reach the files, and
+object and the sorted path keys of ``GET /openapi/v3``.  ``slurmdb_<name>.json`` hold the
+accounting records (``--only slurmdb`` records just those): an account tree, a user with
+limits and a QoS, made with sacctmgr and removed afterwards.  Tokens never reach the files, and
 the jobs, reservation and drain are undone afterwards.
 """
 
@@ -150,6 +152,77 @@ def record_version(lab: SlurmLab, version: str, out_dir: Path) -> None:
     write(out_dir / "unauthenticated.json", {"status": status, "body": body})
 
 
+# The accounting records of the slurmdb recording; removed again afterwards.
+SLURMDB_ACCOUNTS = ("rec", "rec-child")
+SLURMDB_QOS = "rec-lent"
+
+
+@contextmanager
+def slurmdb_scenario(lab: SlurmLab) -> Iterator[None]:
+    """An account tree, a user with limits in it and a QoS with limits, made with sacctmgr
+    (not the collection's modules, whose tests use these recordings)."""
+    cluster = lab.release.cluster
+    parent, child = SLURMDB_ACCOUNTS
+    steps = [
+        [
+            "add",
+            "account",
+            parent,
+            f"cluster={cluster}",
+            "description=recorded",
+            "organization=hpcops",
+        ],
+        ["add", "account", child, f"parent={parent}", f"cluster={cluster}", "fairshare=5"],
+        [
+            "add",
+            "qos",
+            SLURMDB_QOS,
+            "priority=10",
+            "maxwall=01:00:00",
+            "maxtrespu=cpu=8,mem=4G",
+            "preemptmode=requeue",
+            "flags=DenyOnLimit",
+        ],
+        ["add", "user", "alice", f"account={child}", f"cluster={cluster}"],
+        [
+            "modify",
+            "user",
+            "alice",
+            "where",
+            f"account={child}",
+            "set",
+            "maxjobs=3",
+            "grptres=cpu=4",
+            f"qos=normal,{SLURMDB_QOS}",
+            "defaultqos=normal",
+        ],
+    ]
+    try:
+        for step in steps:
+            lab.run(["sacctmgr", "-i", *step], check=True)
+        yield
+    finally:
+        lab.run(["sacctmgr", "-i", "delete", "account", f"name={child}"])
+        lab.run(["sacctmgr", "-i", "delete", "account", f"name={parent}"])
+        lab.run(["sacctmgr", "-i", "delete", "qos", f"name={SLURMDB_QOS}"])
+
+
+def record_slurmdb(lab: SlurmLab) -> None:
+    """GET /slurmdb/<version>/{clusters,accounts,users,associations,qos} per API version, as
+    slurmdb_<name>.json beside the other recordings."""
+    out_dir = FIXTURES / lab.release.name
+    with slurmdb_scenario(lab):
+        for version in lab.api_versions():
+            token = lab.token("root")
+            for name in ("clusters", "accounts", "users", "associations", "qos"):
+                status, body = lab.request("GET", f"/slurmdb/{version}/{name}/", token=token)
+                write(
+                    out_dir / version / f"slurmdb_{name}.json",
+                    {"status": status, "body": scrub(body, [token])},
+                )
+            print(f"  recorded slurmdb of {lab.release.name} {version}", file=sys.stderr)
+
+
 def record_release(lab: SlurmLab) -> None:
     if not lab.is_healthy():
         raise LabError(
@@ -175,12 +248,21 @@ def record_release(lab: SlurmLab) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", choices=[*RELEASES, "all"], default="all")
+    parser.add_argument(
+        "--only",
+        choices=["slurm", "slurmdb"],
+        help="record only the /slurm/ answers, or only the accounting (/slurmdb/) ones",
+    )
     args = parser.parse_args(argv)
     releases = TEST_RELEASES if args.release == "all" else [args.release]
 
     def record() -> int:
         for release in releases:
-            record_release(SlurmLab(release))
+            lab = SlurmLab(release)
+            if args.only != "slurmdb":
+                record_release(lab)
+            if args.only != "slurm" and lab.release.accounting:
+                record_slurmdb(lab)
         return 0
 
     return run_cli("record_slurmrestd", record, (LabError,))

@@ -75,6 +75,7 @@ from toolbox import (
     chroot_user,
     debian_mirror,
     debootstrap,
+    file_lock,
     health,
     http_json,
     in_chroot,
@@ -97,7 +98,17 @@ from toolbox import (
     wait_until,
 )
 
-CHROOT_PACKAGES = ("slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
+CHROOT_PACKAGES = (
+    "slurmctld",
+    "slurmd",
+    "slurmrestd",
+    "slurm-client",
+    "slurm-wlm-jwt-plugin",
+    # Accounting: slurmdbd on Debian's MariaDB, as a site runs it.
+    "slurmdbd",
+    "slurm-wlm-mysql-plugin",
+    "mariadb-server",
+)
 # Dedicated slurmrestd user, then two ordinary users for job-ownership and MCS tests.
 REST_USER = "slurmrest"
 JOB_USERS = {"alice": 2001, "bob": 2002}
@@ -141,6 +152,8 @@ class Release:
     max_job_count: int = 10000
     # Whether tests and `--release all` use it; the scale cluster is for benchmarks only.
     in_test_matrix: bool = True
+    # slurmdbd on a MariaDB of the lab's own, with enforced associations and fair share.
+    accounting: bool = True
 
     @property
     def ctld_port(self) -> int:
@@ -153,6 +166,14 @@ class Release:
     @property
     def rest_port(self) -> int:
         return self.port_base + 20
+
+    @property
+    def dbd_port(self) -> int:
+        return self.port_base + 19
+
+    @property
+    def mariadb_port(self) -> int:
+        return self.port_base + 6
 
     @property
     def tag(self) -> str:
@@ -202,6 +223,8 @@ RELEASES: dict[str, Release] = {
         scale_nodes=2000,
         max_job_count=20000,
         in_test_matrix=False,
+        # Its 20,000 jobs measure slurmctld and slurmrestd, not the database.
+        accounting=False,
     ),
 }
 TEST_RELEASES = [name for name, release in RELEASES.items() if release.in_test_matrix]
@@ -243,6 +266,18 @@ def ensure_chroot(release: Release) -> Path:
     root = chroot_path(release)
     if chroot_is_current(root, release):
         return root
+    # Two processes may want it at once (`make demo` builds the lab in the background while
+    # `k8s_lab.py up` runs): the second waits, then finds it built.
+    with file_lock(root.parent):
+        if chroot_is_current(root, release):
+            return root
+        build_chroot_in_place(root, release)
+    return root
+
+
+def build_chroot_in_place(root: Path, release: Release) -> None:
+    """Build the chroot beside root and put it there: a copy of a current sibling of the
+    same suite, or debootstrap."""
     if shutil.which("debootstrap") is None:
         raise LabError("debootstrap is missing: run `apt-get install debootstrap` (as root)")
     log(f"preparing the {release.suite} chroot for Slurm {release.name} (up to 1 min)...")
@@ -273,7 +308,6 @@ def ensure_chroot(release: Release) -> Path:
 
     replace_tree(root, build)
     log(f"{release.suite} chroot ready in {time.monotonic() - started:.0f} s: {root}")
-    return root
 
 
 def build_chroot(target: Path, release: Release) -> None:
@@ -290,7 +324,12 @@ def build_chroot(target: Path, release: Release) -> None:
         apt_conf="99hpcops-lab",
     )
     log(f"  installing {' '.join(CHROOT_PACKAGES)}")
-    apt_install(target, build_log, CHROOT_PACKAGES)
+    # mariadb-server's postinst runs systemd-tmpfiles, which needs /proc.
+    sh("mount", "-t", "proc", "proc", str(target / "proc"))
+    try:
+        apt_install(target, build_log, CHROOT_PACKAGES)
+    finally:
+        sh("umount", str(target / "proc"))
 
     useradd = ["chroot", str(target), "useradd", "--user-group", "--shell", "/bin/sh"]
     run_logged([*useradd, "--system", "--no-create-home", REST_USER], build_log)
@@ -461,7 +500,7 @@ MailProg=/bin/true
 TreeWidth=65533
 {dynamic}
 MaxJobCount={release.max_job_count}
-NodeName={STATIC_NODE_LIST} {hardware} State=UNKNOWN
+{accounting_conf(release)}NodeName={STATIC_NODE_LIST} {hardware} State=UNKNOWN
 {scale}PartitionName=batch Nodes=ALL Default=YES PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
 PartitionName=backfill Nodes=ALL PriorityTier=1 PreemptMode=REQUEUE MaxTime=04:00:00 \
 GraceTime=30 State=UP
@@ -469,6 +508,75 @@ GraceTime=30 State=UP
 
 
 CGROUP_CONF = "# No cgroup enforcement in the lab (hybrid cgroup host).\nCgroupPlugin=disabled\n"
+
+# The account every job user submits under (associations are enforced).
+LAB_ACCOUNT = "lab"
+ACCT_DB = "slurm_acct_db"
+ACCT_DB_USER = "slurm"
+
+
+def accounting_conf(release: Release) -> str:
+    """The slurm.conf lines for slurmdbd, as a site with accounting writes them."""
+    if not release.accounting:
+        return "# No accounting in this cluster.\n"
+    return f"""\
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost={release.prefix}-ctl
+AccountingStoragePort={release.dbd_port}
+# A job runs only under an association, within its limits and its QoS's.
+AccountingStorageEnforce=associations,limits,qos,safe
+PriorityType=priority/multifactor
+PriorityWeightFairshare=10000
+PriorityWeightAge=1000
+"""
+
+
+def slurmdbd_conf(release: Release, db_password: str) -> str:
+    """slurmdbd.conf: JWTs of the same key as slurmctld's (slurmrestd's /slurmdb/ API passes
+    the caller's token on), the lab's MariaDB over TCP."""
+    return f"""\
+# slurmdbd.conf of the hpcops.slinky test lab, Slurm {release.name}; written by tests/lab/slurm_lab.py.
+AuthType=auth/slurm
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={IN_ETC}/jwt_hs256.key
+DbdHost={release.prefix}-ctl
+DbdAddr={release.address(1)}
+DbdPort={release.dbd_port}
+SlurmUser=slurm
+PidFile={IN_RUN}/pid/slurmdbd.pid
+LogFile={IN_RUN}/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={release.mariadb_port}
+StorageUser={ACCT_DB_USER}
+StoragePass={db_password}
+StorageLoc={ACCT_DB}
+"""
+
+
+def mariadb_command(release: Release) -> list[str]:
+    """mariadbd on 127.0.0.1 with the settings Slurm's accounting guide asks for, sized for
+    a lab (the guide's buffer pool is for a site's years of jobs: slurmdbd logs that it is
+    small). Snapshot isolation, on by default since MariaDB 11.8, makes slurmdbd fatal on a
+    write conflict (slurmdbd says so itself at start)."""
+    data = f"{IN_RUN}/mariadb"
+    return [
+        "mariadbd",
+        "--no-defaults",
+        f"--datadir={data}",
+        f"--socket={data}/mariadbd.sock",
+        # Its log goes to stderr, which the lab keeps in log/mariadbd.out.
+        f"--pid-file={data}/mariadbd.pid",
+        "--bind-address=127.0.0.1",
+        f"--port={release.mariadb_port}",
+        "--skip-name-resolve",
+        "--innodb-snapshot-isolation=OFF",
+        "--innodb-buffer-pool-size=64M",
+        "--innodb-log-file-size=64M",
+        "--innodb-lock-wait-timeout=900",
+        "--max-allowed-packet=16M",
+    ]
 
 
 def hosts_file(release: Release) -> str:
@@ -734,6 +842,13 @@ class SlurmLab(RunDirState, LabRestOracle):
             key_path.chmod(0o600)
             os.chown(key_path, slurm_uid, slurm_gid)
         (self.run_dir / "hosts").write_text(hosts_file(self.release))
+        if self.release.accounting:
+            dbd_conf = etc / "slurmdbd.conf"
+            dbd_conf.touch(mode=0o600)
+            os.chown(dbd_conf, slurm_uid, slurm_gid)
+            dbd_conf.write_text(slurmdbd_conf(self.release, secrets.token_urlsafe(24)))
+            (self.run_dir / "mariadb").mkdir()
+            os.chown(self.run_dir / "mariadb", *chroot_user(self.root, "mysql"))
         self.save_state(
             {
                 "release": self.release.name,
@@ -754,6 +869,11 @@ class SlurmLab(RunDirState, LabRestOracle):
         sh("mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(self.root / "tmp"))
         sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", str(self.root / "run"))
         (self.root / IN_RUN.lstrip("/")).mkdir()
+        if self.release.accounting:
+            # slurmdbd makes its run directory after it gave up root; systemd would make it.
+            dbd_run = self.root / "run/slurmdbd"
+            dbd_run.mkdir()
+            os.chown(dbd_run, *chroot_user(self.root, "slurm"))
         bind_mount(self.run_dir, self.root / IN_RUN.lstrip("/"))
         bind_mount(self.run_dir / "etc", self.root / IN_ETC.lstrip("/"))
         bind_mount(self.run_dir / "hosts", self.root / "etc/hosts", read_only=True)
@@ -769,7 +889,66 @@ class SlurmLab(RunDirState, LabRestOracle):
         add_netns_on_bridge(name, self.release.prefix, self.release.address(host))
         return name
 
+    def start_accounting(self) -> None:
+        """MariaDB, its database user, slurmdbd, then the cluster, the lab account and its
+        users; before slurmctld, which then registers with a slurmdbd that answers."""
+        started = time.monotonic()
+        data = f"{IN_RUN}/mariadb"
+        self.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=mysql",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            check=True,
+            timeout=120,
+        )
+        self.start_daemon("mariadbd", mariadb_command(self.release), user="mysql")
+        self.wait_for_port("127.0.0.1", self.release.mariadb_port, "mariadbd")
+        conf = (self.run_dir / "etc/slurmdbd.conf").read_text()
+        password = re.search(r"^StoragePass=(.*)$", conf, re.MULTILINE)
+        if password is None:
+            raise LabError("slurmdbd.conf has no StoragePass")
+        # Over stdin: a password in argv would show in the host's process list.
+        self.run(
+            ["mariadb", "--no-defaults", f"--socket={data}/mariadbd.sock", "--user=root"],
+            input=(
+                f"CREATE USER '{ACCT_DB_USER}'@'127.0.0.1' IDENTIFIED BY '{password.group(1)}';\n"
+                f"GRANT ALL ON {ACCT_DB}.* TO '{ACCT_DB_USER}'@'127.0.0.1';\n"
+                # Made here, as Slurm's guide does: a slurmdbd that creates it itself connects
+                # again on the same handle, and libmariadb 3.4 (MariaDB 11.8) then fails its
+                # next query (error 5027, measured with 24.11 and 26.05).
+                f"CREATE DATABASE {ACCT_DB};\n"
+            ),
+            check=True,
+        )
+        self.start_daemon("slurmdbd", ["slurmdbd", "-D"], hostname=f"{self.release.prefix}-ctl")
+        self.wait_for_port(self.release.address(1), self.release.dbd_port, "slurmdbd")
+        cluster = self.release.cluster
+        self.sacctmgr("add", "cluster", cluster)
+        self.sacctmgr(
+            "add",
+            "account",
+            LAB_ACCOUNT,
+            f"cluster={cluster}",
+            "description=hpcops lab jobs",
+            "organization=hpcops",
+        )
+        self.sacctmgr(
+            "add", "user", ",".join(JOB_USERS), f"account={LAB_ACCOUNT}", f"cluster={cluster}"
+        )
+        log(f"  slurmdbd and MariaDB up in {time.monotonic() - started:.1f} s")
+
+    def sacctmgr(self, *args: str) -> str:
+        """`sacctmgr -i` as root in the chroot; its output."""
+        return self.run(["sacctmgr", "-i", *args], check=True).stdout
+
     def start_cluster(self) -> None:
+        if self.release.accounting:
+            self.start_accounting()
         self.start_daemon("slurmctld", ["slurmctld", "-D"], hostname=f"{self.release.prefix}-ctl")
         self.wait_for_port(self.release.address(1), self.release.ctld_port, "slurmctld")
         for node in STATIC_NODES:
@@ -786,7 +965,9 @@ class SlurmLab(RunDirState, LabRestOracle):
                 "-a",
                 "rest_auth/jwt",
                 "-s",
-                "openapi/slurmctld",
+                "openapi/slurmctld,openapi/slurmdbd"
+                if self.release.accounting
+                else "openapi/slurmctld",
                 f"127.0.0.1:{self.release.rest_port}",
             ],
             user=REST_USER,
@@ -879,6 +1060,8 @@ class SlurmLab(RunDirState, LabRestOracle):
         """Every daemon the lab must run (plus dynamic slurmds it started) and whether it runs."""
         pids = self.load_state().get("pids", {})
         required = ["slurmctld", "slurmrestd", *(f"slurmd-{node}" for node in STATIC_NODES)]
+        if self.release.accounting:
+            required += ["mariadbd", "slurmdbd"]
         return {name: pid_alive(pids.get(name), self.root) for name in sorted({*required, *pids})}
 
     def is_healthy(self) -> bool:

@@ -1,0 +1,105 @@
+# Copyright (c) hpcops.slinky contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""slurmdbd's records through slurmrestd's /slurmdb/ API, on the collection's client.
+
+PRIVATE to the collection. One request per call; the lists are read whole (a site's
+accounts, users and associations are thousands of small records, not millions).
+"""
+
+from __future__ import annotations
+
+import typing as t
+from urllib.parse import quote
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
+    SlurmRequestError,
+    SlurmRestClient,
+)
+
+JSON = dict[str, t.Any]
+
+
+class SlurmdbApi:
+    """The /slurmdb/ endpoints the accounting modules use."""
+
+    def __init__(self, client: SlurmRestClient) -> None:
+        self.client = client
+        self.requests = 0
+
+    def _path(self, path: str) -> str:
+        return f"/slurmdb/{self.client.api_version}/{path}"
+
+    def _call(self, method: str, path: str, **kwargs: t.Any) -> JSON:
+        self.requests += 1
+        return self.client.request(method, self._path(path), **kwargs)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def clusters(self) -> list[str]:
+        body = self._call("GET", "clusters/")
+        return [str(record.get("name")) for record in body.get("clusters") or []]
+
+    def accounts(self) -> list[JSON]:
+        return list(self._call("GET", "accounts/").get("accounts") or [])
+
+    def users(self) -> list[JSON]:
+        return list(self._call("GET", "users/").get("users") or [])
+
+    def associations(self, cluster: str | None = None) -> list[JSON]:
+        query = {"cluster": cluster} if cluster else None
+        return list(self._call("GET", "associations/", query=query).get("associations") or [])
+
+    def qos(self) -> list[JSON]:
+        return list(self._call("GET", "qos/").get("qos") or [])
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def post_accounts(self, records: list[JSON]) -> None:
+        self._call("POST", "accounts/", body={"accounts": records})
+
+    def post_users(self, records: list[JSON]) -> None:
+        self._call("POST", "users/", body={"users": records})
+
+    def post_associations(self, records: list[JSON]) -> None:
+        self._call("POST", "associations/", body={"associations": records})
+
+    def place_accounts(self, accounts: list[str], cluster: str, parent: str) -> None:
+        """Give accounts their association on the cluster, under a parent: the one request
+        that sets a parent (POST associations ignores parent_account)."""
+        condition = {"accounts": accounts, "clusters": [cluster], "association": {"parent": parent}}
+        self._call("POST", "accounts_association/", body={"association_condition": condition})
+
+    def post_qos(self, records: list[JSON]) -> None:
+        self._call("POST", "qos/", body={"qos": records})
+
+    def delete_account(self, name: str) -> None:
+        self._call("DELETE", f"account/{quote(name, safe='')}")
+
+    def delete_user(self, name: str) -> None:
+        self._call("DELETE", f"user/{quote(name, safe='')}")
+
+    def delete_qos(self, name: str) -> None:
+        self._call("DELETE", f"qos/{quote(name, safe='')}")
+
+    def delete_association(self, query: JSON) -> None:
+        self._call("DELETE", "association/", query={k: v for k, v in query.items() if v})
+
+
+def cluster_of(api: SlurmdbApi, wanted: str | None) -> str:
+    """The cluster the records belong to: the one named, or slurmdbd's only one."""
+    known = api.clusters()
+    if wanted:
+        if wanted not in known:
+            raise SlurmRequestError(
+                f"cluster {wanted!r} is not registered in slurmdbd (it knows "
+                f"{', '.join(known) or 'none'}); name one of them, or start the cluster's "
+                "slurmctld with AccountingStorageType=accounting_storage/slurmdbd first"
+            )
+        return wanted
+    if len(known) == 1:
+        return known[0]
+    raise SlurmRequestError(
+        f"slurmdbd keeps {len(known)} clusters ({', '.join(known) or 'none'}): set cluster "
+        "to the one these records belong to"
+    )
