@@ -32,7 +32,11 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluste
     autoscaling,
     build_values,
     controller_metrics_url,
+    controller_name,
     nodeset_object_name,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.storage import (
+    controller_storage_problems,
 )
 
 
@@ -64,6 +68,24 @@ def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.An
         return build_values(settings, nodes)
     except ConfigError as err:
         raise AnsibleFilterError(str(err)) from None
+
+
+def slurm_cluster_storage_problems(
+    values: t.Any, storage_classes: t.Any, controllers: t.Any = None, release: str = "slurm"
+) -> list[str]:
+    """Why the chart values' claims would not bind or cannot change, given the cluster's
+    StorageClasses and the Controllers already in the release's namespace."""
+    if not isinstance(values, dict) or not isinstance(storage_classes, list):
+        raise AnsibleFilterError(
+            "slurm_cluster_storage_problems: expected the chart values (a mapping) and the "
+            "StorageClasses (k8s_info resources)"
+        )
+    name = controller_name(release, values)
+    existing = next(
+        (item for item in controllers or [] if (item.get("metadata") or {}).get("name") == name),
+        None,
+    )
+    return controller_storage_problems(values, storage_classes, existing)
 
 
 def slurm_cluster_autoscaling(
@@ -158,5 +180,6 @@ class FilterModule:
             "slinky_version_problems": slinky_version_problems,
             "slurm_cluster_values": slurm_cluster_values,
             "slurm_cluster_autoscaling": slurm_cluster_autoscaling,
+            "slurm_cluster_storage_problems": slurm_cluster_storage_problems,
             "slurm_nodes_not_back": slurm_nodes_not_back,
         }

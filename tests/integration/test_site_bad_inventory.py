@@ -8,8 +8,10 @@ import typing as t
 import pytest
 from ansible_runner import LAB_INVENTORY, SITE, run_playbook
 from k8s_binaries import LAB_SLINKY_VERSION
+from k8s_lab import STORAGE_CLASS
 
 pytest_plugins = ["k8s_fixtures"]
+MERGE = "application/merge-patch+json"
 pytestmark = pytest.mark.integration
 
 # The lab's Slinky release, and a release of the other line.
@@ -241,6 +243,12 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "lower tier",
     ),
     (
+        "controller-storage-class-missing",
+        {"slurm_cluster_values": {"controller": {"persistence": {"storageClassName": "nvme"}}}},
+        "slurm_cluster_values.controller.persistence.storageClassName",
+        "no StorageClass nvme",
+    ),
+    (
         "chart-source-two-forms",
         {
             "slurm_cluster_chart": {
@@ -290,5 +298,34 @@ def test_bad_inventory_is_rejected_before_any_change(
     assert messages, run.output[-2000:]
     assert any(variable in m and fix in m for m in messages), messages
     assert "Traceback" not in run.output
+    assert run.changed == 0
+    assert snapshot(k8s_lab) == before
+
+
+def test_no_default_storage_class_is_named_before_any_change(k8s_lab: t.Any) -> None:
+    """A bare-metal cluster with no StorageClass marked default: slurmctld's claim would stay
+    Pending, and its pod with it (slurm-operator #52)."""
+    path = f"/apis/storage.k8s.io/v1/storageclasses/{STORAGE_CLASS}"
+    annotation = "storageclass.kubernetes.io/is-default-class"
+
+    def mark(default: str) -> None:
+        status, body = k8s_lab.request(
+            "PATCH", path, {"metadata": {"annotations": {annotation: default}}}, content_type=MERGE
+        )
+        assert status == 200, body
+
+    before = snapshot(k8s_lab)
+    mark("false")
+    try:
+        run = run_playbook(SITE, LAB_INVENTORY)
+    finally:
+        mark("true")
+    assert run.failed
+    messages = run.failures()
+    assert any(
+        m.startswith("slurm_cluster_values.controller.persistence.storageClassName: unset")
+        and f"has none marked default (it has {STORAGE_CLASS})" in m
+        for m in messages
+    ), messages
     assert run.changed == 0
     assert snapshot(k8s_lab) == before

@@ -254,6 +254,27 @@ def test_upgrade_stops_before_helm_drops_a_nodeset_the_inventory_no_longer_names
     assert "slurm-worker-burst" in custom_resources(deployed, "nodesets")
 
 
+def test_the_claim_of_the_deployed_controller_is_not_changed(deployed: t.Any) -> None:
+    """The operator makes slurmctld's claim once; a bigger one in the inventory would be
+    accepted and never applied, so site.yml names it before any change."""
+    bigger = {"controller": {"persistence": {"resources": {"requests": {"storage": "8Gi"}}}}}
+    before = helm_releases(deployed)
+    controller = custom_resources(deployed, "controllers")["slurm"]
+    run = run_playbook(SITE, LAB_INVENTORY, extra_vars={"slurm_cluster_values": bigger})
+    assert run.failed
+    messages = run.failures()
+    assert any(
+        m.startswith("slurm_cluster_values.controller.persistence.resources.requests.storage:")
+        and "the Controller slurm exists with storage 4Gi" in m
+        and "keep 4Gi" in m
+        for m in messages
+    ), messages
+    assert run.changed == 0
+    assert helm_releases(deployed) == before
+    after = custom_resources(deployed, "controllers")["slurm"]
+    assert after["metadata"]["generation"] == controller["metadata"]["generation"]
+
+
 def test_real_slurm_runs_the_generated_configuration(deployed: t.Any, slurm: SlinkyRest) -> None:
     # slurmctld 26.05 started from the operator's slurm.conf (with our extraConfMap) and
     # every slurmd of the StatefulSet NodeSet registered with it.

@@ -849,6 +849,11 @@ def _chart_fullname(release: str, values: Mapping[str, t.Any]) -> str:
     return fullname[:63].rstrip("-")
 
 
+def controller_name(release: str, values: Mapping[str, t.Any]) -> str:
+    """The name of the Controller the chart makes (`slurm.fullname`)."""
+    return _chart_fullname(release, values)
+
+
 def controller_metrics_url(release: str, namespace: str, values: Mapping[str, t.Any]) -> str:
     """Where slurmctld serves its partitions' OpenMetrics inside the cluster.
 
