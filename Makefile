@@ -229,6 +229,7 @@ record-slurm-fixtures: deps
 # Figures, not tests: each script prints a table (see benchmarks/).
 benchmarks: setup
 	$(BIN)/python benchmarks/slurm_info_scale.py
+	$(BIN)/python benchmarks/accounting_apply.py
 	$(BIN)/python benchmarks/handover_plan_scale.py
 	$(BIN)/python benchmarks/handover_demand_read.py
 	$(BIN)/python benchmarks/handover_trace.py

@@ -108,9 +108,17 @@ accounts:
       action: create
       before: null
       after: {"description": "Astrophysics", "organization": "physics", "parent": "physics"}
+done:
+  description:
+    - The requests that change something, in the order they were sent; when one fails, those
+      sent before it.
+  returned: when not in check mode
+  type: list
+  elements: str
+  sample: ["POST accounts (1)", "POST accounts_association under physics (1)"]
 requests:
   description: The requests sent to slurmrestd, reads included.
-  returned: always
+  returned: success
   type: int
   sample: 4
 """

@@ -192,9 +192,17 @@ associations:
       action: update
       before: {"max_jobs": -1}
       after: {"max_jobs": 2}
+done:
+  description:
+    - The requests that change something, in the order they were sent; when one fails, those
+      sent before it.
+  returned: when not in check mode
+  type: list
+  elements: str
+  sample: ["POST associations (2)"]
 requests:
   description: The requests sent to slurmrestd, reads included.
-  returned: always
+  returned: success
   type: int
   sample: 3
 """

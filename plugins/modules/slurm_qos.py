@@ -212,9 +212,17 @@ qos:
       action: update
       before: {"priority": 10, "max_wall": 240}
       after: {"priority": 10, "max_wall": 240, "max_tres_per_user": {"cpu": 256}}
+done:
+  description:
+    - The requests that change something, in the order they were sent; when one fails, those
+      sent before it.
+  returned: when not in check mode
+  type: list
+  elements: str
+  sample: ["POST qos (2)", "DELETE qos old-debug"]
 requests:
   description: The requests sent to slurmrestd, reads included.
-  returned: always
+  returned: success
   type: int
   sample: 3
 """

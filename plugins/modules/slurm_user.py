@@ -110,9 +110,17 @@ users:
       action: update
       before: {"default_account": "astro", "admin_level": "None", "accounts": ["astro"]}
       after: {"default_account": "hep", "admin_level": "Operator", "accounts": ["astro", "hep"]}
+done:
+  description:
+    - The requests that change something, in the order they were sent; when one fails, those
+      sent before it.
+  returned: when not in check mode
+  type: list
+  elements: str
+  sample: ["POST associations (1)", "POST users (1)"]
 requests:
   description: The requests sent to slurmrestd, reads included.
-  returned: always
+  returned: success
   type: int
   sample: 5
 """

@@ -122,6 +122,7 @@ EARLY_MODULES = (
     "test_slurm_lab.py",
     "test_slurm_bad_input.py",
     "test_slurm_modules.py",
+    "test_slurm_accounting.py",
     "test_role_values_golden.py",
     "test_images_mirrored.py",
 )

@@ -237,3 +237,40 @@ def test_bad_input_names_the_setting(slurm_api: tuple[t.Any, str]) -> None:
     )
     for result in (bad_tres, no_account, wrong_cluster):
         assert "Traceback" not in result.output
+
+
+def test_while_slurmdbd_is_away_jobs_run_and_the_modules_say_so(
+    records: tuple[t.Any, str, str],
+) -> None:
+    """slurmctld keeps its jobs while slurmdbd is away and sends their records once it is
+    back; a module meanwhile ends with a message that names slurmdbd and changes nothing."""
+    lab, api_version, tag = records
+    if api_version != lab.latest_api():
+        pytest.skip("one outage per release is enough")
+    conn = connection(lab, api_version)
+    lab.stop_slurmdbd()
+    try:
+        job = lab.submit_job("sleep 1", name="hpcops-acct")
+        deadline = time.monotonic() + 30
+        while lab.job(job)["job_state"] != ["COMPLETED"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert lab.job(job)["job_state"] == ["COMPLETED"]
+        result = run_task(
+            "hpcops.slinky.slurm_qos", {**conn, "retries": 0, "qos": [{"name": f"lent{tag}"}]}
+        )
+        assert result.failed, result
+        assert result["msg"].startswith("slurmdbd did not answer slurmrestd"), result["msg"]
+        assert "Failed to open slurmdbd connection" in result["msg"]
+        assert "Traceback" not in result.output
+    finally:
+        lab.start_slurmdbd()
+    assert not sacctmgr_rows(lab, "qos", f"name=lent{tag}", "format=Name")
+    deadline = time.monotonic() + 60
+    accounted: list[dict[str, str]] = []
+    while time.monotonic() < deadline and not accounted:
+        out = lab.run(["sacct", "-nP", "-X", f"-j{job}", "--format=JobID,State"]).stdout
+        accounted = [
+            dict(zip(("JobID", "State"), line.split("|"), strict=True)) for line in out.splitlines()
+        ]
+        time.sleep(1)
+    assert accounted == [{"JobID": str(job), "State": "COMPLETED"}]

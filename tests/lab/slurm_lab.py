@@ -925,8 +925,7 @@ class SlurmLab(RunDirState, LabRestOracle):
             ),
             check=True,
         )
-        self.start_daemon("slurmdbd", ["slurmdbd", "-D"], hostname=f"{self.release.prefix}-ctl")
-        self.wait_for_port(self.release.address(1), self.release.dbd_port, "slurmdbd")
+        self.start_slurmdbd()
         cluster = self.release.cluster
         self.sacctmgr("add", "cluster", cluster)
         self.sacctmgr(
@@ -941,6 +940,19 @@ class SlurmLab(RunDirState, LabRestOracle):
             "add", "user", ",".join(JOB_USERS), f"account={LAB_ACCOUNT}", f"cluster={cluster}"
         )
         log(f"  slurmdbd and MariaDB up in {time.monotonic() - started:.1f} s")
+
+    def start_slurmdbd(self) -> None:
+        """Start slurmdbd (again, after stop_slurmdbd) and wait until it listens."""
+        self.start_daemon("slurmdbd", ["slurmdbd", "-D"], hostname=f"{self.release.prefix}-ctl")
+        self.wait_for_port(self.release.address(1), self.release.dbd_port, "slurmdbd")
+
+    def stop_slurmdbd(self) -> None:
+        """Stop slurmdbd alone, as an outage of accounting: slurmctld keeps running."""
+        state = self.load_state()
+        pid = state.get("pids", {}).pop("slurmdbd", None)
+        self.save_state(state)
+        if pid:
+            stop_pids([pid], in_chroot(self.root))
 
     def sacctmgr(self, *args: str) -> str:
         """`sacctmgr -i` as root in the chroot; its output."""

@@ -16,9 +16,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import ArgumentSpec
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
-    failing_cleanly,
+    fail_with,
     slurm_client,
     slurmrestd_argspec,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
+    SlurmRestError,
+    describe_errors,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.api import (
     SlurmdbApi,
@@ -93,38 +97,74 @@ def entries_of(module: AnsibleModule, option: str) -> list[JSON]:
     ]
 
 
+def accounting_error(err: SlurmRestError) -> SlurmRestError:
+    """The client's error, saying what it means for accounting: slurmrestd without its
+    slurmdbd plugin answers 404, and one whose slurmdbd is away 5xx."""
+    if "/slurmdb/" not in (err.url or ""):
+        return err
+    if err.status == 404:
+        hint = (
+            "this slurmrestd serves no /slurmdb/ API: start it with "
+            "-s openapi/slurmctld,openapi/slurmdbd, on a cluster with slurmdbd"
+        )
+    elif err.status is not None and err.status >= 500:
+        hint = (
+            "slurmdbd did not answer slurmrestd: check that slurmdbd runs and reaches its "
+            "database (slurmctld keeps its jobs meanwhile and sends their records later)"
+        )
+    else:
+        return err
+    said = describe_errors(err.errors or []) or "no details"
+    return SlurmRestError(
+        f"{hint} (HTTP {err.status} from {err.url}: {said})",
+        status=err.status,
+        url=err.url,
+        errors=err.errors,
+    )
+
+
 def run_accounting_module(module: AnsibleModule, option: str, planner: Planner) -> None:
     """Plan, apply (unless check mode) and exit with the result."""
     result: JSON = {"changed": False, option: []}
     client = slurm_client(module)
     api = SlurmdbApi(client)
-    with failing_cleanly(module, result):
-        result["api_version"] = client.api_version
-        result["cluster"] = cluster_of(api, module.params["cluster"])
-        try:
-            plan = planner(api, result["cluster"], entries_of(module, option))
-        except FieldError as err:
-            module.fail_json(msg=str(err), **result)
-        result[option] = [
-            {
-                "name": change.key,
-                "action": change.action,
-                "before": change.before,
-                "after": change.after,
-            }
-            for change in plan.changes
-        ]
-        changed = [change for change in plan.changes if change.changed]
-        result["changed"] = bool(changed)
-        if module._diff:
-            result["diff"] = {
-                "before": {change.key: change.before for change in changed},
-                "after": {change.key: change.after for change in changed},
-            }
-        if not module.check_mode:
-            for what, send in plan.requests:
-                result["done"] = result.get("done", [])
-                send()
-                result["done"].append(what)
-        result["requests"] = api.requests
+    try:
+        _run(module, api, option, planner, result)
+    except SlurmRestError as err:
+        fail_with(module, accounting_error(err), **result)
     module.exit_json(**result)
+
+
+def _run(
+    module: AnsibleModule, api: SlurmdbApi, option: str, planner: Planner, result: JSON
+) -> None:
+    """Fill `result`; a client error propagates, with what was done so far in `result`."""
+    result["api_version"] = api.client.api_version
+    result["cluster"] = cluster_of(api, module.params["cluster"])
+    try:
+        plan = planner(api, result["cluster"], entries_of(module, option))
+    except FieldError as err:
+        module.fail_json(msg=str(err), **result)
+    result[option] = [
+        {
+            "name": change.key,
+            "action": change.action,
+            "before": change.before,
+            "after": change.after,
+        }
+        for change in plan.changes
+    ]
+    changed = [change for change in plan.changes if change.changed]
+    result["changed"] = bool(changed)
+    if module._diff:
+        result["diff"] = {
+            "before": {change.key: change.before for change in changed},
+            "after": {change.key: change.after for change in changed},
+        }
+    if not module.check_mode:
+        # What was sent before a failure is in the result: the failure says how far it got.
+        result["done"] = []
+        for what, send in plan.requests:
+            send()
+            result["done"].append(what)
+    result["requests"] = api.requests

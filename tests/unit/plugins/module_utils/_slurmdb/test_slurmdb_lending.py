@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lending report's sums: hours lent, hours used on lent nodes, jobs a reclaim ended."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.lending import (
+    Job,
+    LendingReport,
+    Loan,
+    prometheus_text,
+)
+
+H = 3600.0
+# A day; int01 lent from 02:00, reclaimed at 10:00, back at 10:00:30; int02 lent from 20:00
+# to past the period's end; int03 never lent.
+LOANS = [
+    Loan("int01", "backfill", lent=2 * H, reclaim=10 * H, returned=10 * H + 30),
+    Loan("int02", "backfill", lent=20 * H),
+]
+
+
+def report(*jobs: Job) -> dict[tuple[str, str], tuple[float, ...]]:
+    built = LendingReport(0.0, 24 * H, LOANS)
+    for job in jobs:
+        built.add_job(job)
+    return {
+        (row.partition, row.account): (
+            round(row.lent_node_hours, 3),
+            round(row.used_node_hours, 3),
+            row.jobs_on_lent_nodes,
+            row.requeued_by_reclaim,
+            row.cancelled_by_reclaim,
+            round(row.lost_node_hours, 3),
+        )
+        for row in built.table()
+    }
+
+
+def test_hours_lent_count_within_the_period_only() -> None:
+    # int01: 8 h 30 s; int02: 4 h until the period ends.
+    assert report() == {("backfill", "*"): (12.008, 0.0, 0, 0, 0, 0.0)}
+
+
+def test_a_job_counts_only_the_hours_its_nodes_were_lent() -> None:
+    job = Job(1, "backfill", "astro", ("int01", "int03"), start=1 * H, end=5 * H, state="COMPLETED")
+    assert report(job)[("backfill", "astro")] == (0.0, 3.0, 1, 0, 0, 0.0)
+
+
+def test_a_job_a_reclaim_ended_is_counted_with_the_work_it_lost() -> None:
+    requeued = Job(
+        2, "backfill", "astro", ("int01",), start=8 * H, end=10 * H + 20, state="REQUEUED"
+    )
+    cancelled = Job(
+        3, "backfill", "hep", ("int01",), start=9 * H, end=10 * H + 25, state="CANCELLED"
+    )
+    finished = Job(4, "backfill", "hep", ("int01",), start=3 * H, end=4 * H, state="CANCELLED")
+    rows = report(requeued, cancelled, finished)
+    assert rows[("backfill", "astro")] == (0.0, 2.006, 1, 1, 0, 2.006)
+    # The job cancelled at 04:00 was not the reclaim's doing.
+    assert rows[("backfill", "hep")] == (0.0, 2.007, 2, 0, 1, 1.007)
+
+
+def test_jobs_still_running_and_jobs_elsewhere() -> None:
+    running = Job(5, "backfill", "astro", ("int02",), start=23 * H, end=None, state="RUNNING")
+    elsewhere = Job(6, "batch", "astro", ("cpu01",), start=1 * H, end=2 * H, state="COMPLETED")
+    pending = Job(7, "backfill", "astro", ("int02",), start=None, end=None, state="PENDING")
+    assert report(running, elsewhere, pending) == {
+        ("backfill", "*"): (12.008, 0.0, 0, 0, 0, 0.0),
+        ("backfill", "astro"): (0.0, 1.0, 1, 0, 0, 0.0),
+    }
+
+
+def test_the_period_must_be_a_period() -> None:
+    with pytest.raises(ValueError, match="end after it starts"):
+        LendingReport(10.0, 10.0, LOANS)
+
+
+def test_prometheus_text_has_a_series_per_partition_and_account() -> None:
+    built = LendingReport(0.0, 24 * H, LOANS)
+    built.add_job(
+        Job(1, "backfill", 'as"tro', ("int01",), start=2 * H, end=3 * H, state="COMPLETED")
+    )
+    text = prometheus_text(built.table())
+    assert 'hpcops_lending_lent_node_hours{partition="backfill",account="*"} 12.0083' in text
+    assert 'hpcops_lending_used_node_hours{partition="backfill",account="as\\"tro"} 1' in text
+    assert "# TYPE hpcops_lending_lost_node_hours gauge" in text
+    assert 'lent_node_hours{partition="backfill",account="as' not in text
