@@ -50,6 +50,18 @@ class SlurmdbApi:
         query = {"cluster": cluster} if cluster else None
         return list(self._call("GET", "associations/", query=query).get("associations") or [])
 
+    def jobs(self, start: float, end: float, now: float, each: t.Callable[[JSON], None]) -> None:
+        """Every attempt of every job that ran in [start, end], handed to `each` as it
+        arrives (a year of jobs never sits in memory whole); `each` sees RESTART when a
+        retry sends the list again from its first job."""
+        query = {
+            **period_query(self.client.api_version, start, end, now),
+            "show_duplicates": "true",
+            "skip_steps": "true",
+        }
+        self.requests += 1
+        self.client.request("GET", self._path("jobs/"), query=query, stream=("jobs", each))
+
     def qos(self) -> list[JSON]:
         return list(self._call("GET", "qos/").get("qos") or [])
 
@@ -84,6 +96,20 @@ class SlurmdbApi:
 
     def delete_association(self, query: JSON) -> None:
         self._call("DELETE", "association/", query={k: v for k, v in query.items() if v})
+
+
+def period_query(api_version: str, start: float, end: float, now: float) -> dict[str, str]:
+    """start_time and end_time as the API version parses them: Unix times from v0.0.42 on;
+    v0.0.41 (Slurm 24.11) refuses them ("Parsing of ... for timestamp failed", measured) and
+    takes times relative to now in seconds."""
+    if api_version != "v0.0.41":
+        return {"start_time": str(int(start)), "end_time": str(int(end))}
+
+    def before_now(moment: float) -> str:
+        ago = int(now - moment)
+        return f"now-{ago}" if ago > 0 else "now"
+
+    return {"start_time": before_now(start), "end_time": before_now(end)}
 
 
 def cluster_of(api: SlurmdbApi, wanted: str | None) -> str:

@@ -17,6 +17,8 @@ import bisect
 import typing as t
 from dataclasses import dataclass, field
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import expand_hostlists
+
 # A job that ended in one of these on a node under reclaim was ended by the reclaim.
 REQUEUED = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
 CANCELLED = frozenset({"CANCELLED"})
@@ -134,6 +136,38 @@ class LendingReport:
 
     def table(self) -> list[Row]:
         return [self.rows[key] for key in sorted(self.rows)]
+
+
+def job_from_api(raw: t.Mapping[str, t.Any]) -> Job:
+    """A job as /slurmdb/ returns it (v0.0.41 to v0.0.45 agree on these fields); an attempt
+    of a requeued job (show_duplicates) is a job of its own, ended REQUEUED."""
+    times = raw.get("time") or {}
+    states = (raw.get("state") or {}).get("current") or ["UNKNOWN"]
+    nodes = str(raw.get("nodes") or "")
+    return Job(
+        job_id=int(raw.get("job_id") or 0),
+        partition=str(raw.get("partition") or ""),
+        account=str(raw.get("account") or ""),
+        nodes=tuple(expand_hostlists([nodes], "job nodes"))
+        if nodes and nodes != "None assigned"
+        else (),
+        start=_moment(times.get("start")),
+        end=_moment(times.get("end")),
+        state=str(states[0]).upper(),
+    )
+
+
+# A job that never started has start 4294967294 (NO_VAL) in slurmdbd's answer (measured,
+# 26.05), one still running end 0.
+NO_VAL = 0xFFFFFFFE
+
+
+def _moment(value: t.Any) -> float | None:
+    if isinstance(value, dict):  # {set, infinite, number} in some versions
+        value = value.get("number") if value.get("set") and not value.get("infinite") else None
+    if not value or int(value) >= NO_VAL:
+        return None
+    return float(value)
 
 
 METRICS = (

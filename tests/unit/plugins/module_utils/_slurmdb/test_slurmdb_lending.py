@@ -9,6 +9,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.lending imp
     Job,
     LendingReport,
     Loan,
+    job_from_api,
     prometheus_text,
 )
 
@@ -87,3 +88,32 @@ def test_prometheus_text_has_a_series_per_partition_and_account() -> None:
     assert 'hpcops_lending_used_node_hours{partition="backfill",account="as\\"tro"} 1' in text
     assert "# TYPE hpcops_lending_lost_node_hours gauge" in text
     assert 'lent_node_hours{partition="backfill",account="as' not in text
+
+
+# Two job records as slurmrestd 26.05 (v0.0.45) returned them from the lab's slurmdbd, cut to
+# the fields the report reads (the first with a second node added): one that ran, one held
+# and cancelled before it started.
+RECORDED_JOB = {
+    "job_id": 14,
+    "partition": "batch",
+    "account": "lab",
+    "nodes": "cpu[01-02]",
+    "state": {"current": ["COMPLETED"], "reason": "None"},
+    "time": {"elapsed": 2, "end": 1795829383, "start": 1795829381},
+}
+NEVER_RAN = {
+    "job_id": 15,
+    "partition": "batch",
+    "account": "lab",
+    "nodes": "None assigned",
+    "state": {"current": ["CANCELLED"], "reason": "None"},
+    "time": {"start": 4294967294, "end": 1795829988, "elapsed": 0},
+}
+
+
+def test_jobs_read_from_slurmdbd() -> None:
+    assert job_from_api(RECORDED_JOB) == Job(
+        14, "batch", "lab", ("cpu01", "cpu02"), 1795829381.0, 1795829383.0, "COMPLETED"
+    )
+    never = job_from_api(NEVER_RAN)
+    assert never.nodes == () and never.start is None and never.state == "CANCELLED"
