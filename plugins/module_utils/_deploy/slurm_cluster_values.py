@@ -485,6 +485,63 @@ def cgroup_conf(settings: Mapping[str, t.Any], release: tuple[int, int]) -> str:
     return "".join(f"{key}={value}\n" for key, value in conf.items())
 
 
+# Where slurmdbd keeps its records: the slurm chart's accounting.storageConfig defaults,
+# which are also the names of the MariaDB Slinky's installation guide makes.
+ACCOUNTING_DATABASE_DEFAULTS: dict[str, t.Any] = {
+    "host": "mariadb",
+    "port": 3306,
+    "database": "slurm_acct_db",
+    "user": "slurm",
+    "password_secret": {"name": "mariadb-password", "key": "password"},
+}
+DATABASE_NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+
+
+def accounting_storage(database: t.Any) -> dict[str, t.Any]:
+    """The chart's accounting.storageConfig from slurm_cluster_accounting_database; the
+    password stays in its Secret (only the reference goes into the values)."""
+    var = "slurm_cluster_accounting_database"
+    given = dict(_mapping(database, var))
+    unknown = sorted(set(given) - set(ACCOUNTING_DATABASE_DEFAULTS))
+    if unknown:
+        raise ConfigError(
+            f"{var}.{unknown[0]}",
+            "is not a setting of the accounting database",
+            f"use some of {', '.join(ACCOUNTING_DATABASE_DEFAULTS)}",
+        )
+    merged = {**ACCOUNTING_DATABASE_DEFAULTS, **given}
+    host = str(merged["host"] or "").strip()
+    if not host:
+        raise ConfigError(f"{var}.host", "is empty", "name the database's host or Service")
+    port = merged["port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigError(f"{var}.port", f"{port!r} is not a TCP port", "give 1 to 65535")
+    for key in ("database", "user"):
+        if not DATABASE_NAME_RE.match(str(merged[key] or "")):
+            raise ConfigError(
+                f"{var}.{key}",
+                f"{merged[key]!r} is not a MariaDB name slurmdbd can use",
+                "use letters, digits and _ (at most 64)",
+            )
+    secret = {
+        **ACCOUNTING_DATABASE_DEFAULTS["password_secret"],
+        **_mapping(merged["password_secret"], f"{var}.password_secret"),
+    }
+    if not secret.get("name") or not secret.get("key"):
+        raise ConfigError(
+            f"{var}.password_secret",
+            "needs a name and a key",
+            "point it at the Secret that holds the database user's password",
+        )
+    return {
+        "host": host,
+        "port": port,
+        "database": merged["database"],
+        "username": merged["user"],
+        "passwordKeyRef": {"name": str(secret["name"]), "key": str(secret["key"])},
+    }
+
+
 def mcs_settings(mcs: str, accounting: bool, release: tuple[int, int]) -> dict[str, str]:
     """MCSPlugin and MCSParameters from one setting such as 'label:enforced,select'."""
     var = "slurm_cluster_mcs"
@@ -1226,6 +1283,10 @@ def build_values(
         "nodesets": nodesets,
         "partitions": partitions,
     }
+    if accounting:
+        values["accounting"]["storageConfig"] = accounting_storage(
+            settings.get("accounting_database")
+        )
     if not line.operator_writes_defaults:
         # A login set a site enables through slurm_cluster_values pulls from the mirror too.
         values["loginsetDefaults"] = {

@@ -730,3 +730,55 @@ def test_each_autoscaled_nodeset_says_where_its_metrics_are() -> None:
         "pending_jobs": 1,
         "metrics_url": "http://hpc-slurm-controller.hpc.svc:7000/metrics/partitions",
     }
+
+
+def test_accounting_points_slurmdbd_at_its_database() -> None:
+    values = build_values({**SETTINGS, "accounting": True}, NODES)
+    assert values["accounting"]["enabled"] is True
+    assert values["accounting"]["storageConfig"] == {
+        "host": "mariadb",
+        "port": 3306,
+        "database": "slurm_acct_db",
+        "username": "slurm",
+        "passwordKeyRef": {"name": "mariadb-password", "key": "password"},
+    }
+    external = {
+        "host": "db.hpc.example.org",
+        "port": 3307,
+        "password_secret": {"name": "slurmdbd-db"},
+    }
+    values = build_values({**SETTINGS, "accounting": True, "accounting_database": external}, NODES)
+    storage = values["accounting"]["storageConfig"]
+    assert storage["host"] == "db.hpc.example.org" and storage["port"] == 3307
+    assert storage["passwordKeyRef"] == {"name": "slurmdbd-db", "key": "password"}
+    assert "storageConfig" not in build_values(SETTINGS, NODES)["accounting"]
+
+
+@pytest.mark.parametrize(
+    ("database", "variable", "fix"),
+    [
+        ({"port": 70000}, "slurm_cluster_accounting_database.port", "give 1 to 65535"),
+        (
+            {"database": "acct-db"},
+            "slurm_cluster_accounting_database.database",
+            "letters, digits and _",
+        ),
+        (
+            {"hostname": "db"},
+            "slurm_cluster_accounting_database.hostname",
+            "use some of host, port",
+        ),
+        ({"host": ""}, "slurm_cluster_accounting_database.host", "name the database's host"),
+        (
+            {"password_secret": {"name": ""}},
+            "slurm_cluster_accounting_database.password_secret",
+            "Secret",
+        ),
+    ],
+)
+def test_a_database_setting_that_cannot_work_is_named(
+    database: dict[str, t.Any], variable: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_values({**SETTINGS, "accounting": True, "accounting_database": database}, NODES)
+    assert err.value.variable == variable and fix in str(err.value)
