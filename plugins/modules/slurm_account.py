@@ -19,6 +19,8 @@ description:
     or sub-accounts; the module reports its answer.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd.ACCOUNTING
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes

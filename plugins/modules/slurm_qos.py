@@ -18,6 +18,8 @@ description:
   - All QoS that change are sent in one request; each removal is one request.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd.ACCOUNTING
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes

@@ -20,6 +20,8 @@ description:
     removal is one request.
 extends_documentation_fragment:
   - hpcops.slinky.slurmrestd
+  - hpcops.slinky.slurmrestd.FROM_CLUSTER
+  - hpcops.slinky.kubernetes
   - hpcops.slinky.slurmrestd.ACCOUNTING
   - hpcops.slinky.slurmrestd.ACTIONGROUP
   - hpcops.slinky.attributes
@@ -74,6 +76,13 @@ EXAMPLES = r"""
     users:
       - {name: alice, accounts: [astro]}
       - {name: bob, accounts: [astro, hep], default_account: hep, admin_level: Operator}
+
+- name: On a Slinky site, with a token minted from the JWT key in slurmctld's Secret
+  hpcops.slinky.slurm_user:
+    url: http://slurm-restapi.slurm.svc:6820
+    jwt_key_secret: {namespace: slurm, name: slurm-jwt-key, key: jwt_hs256.key}
+    users:
+      - {name: carol, accounts: [hep]}
 """
 
 RETURN = r"""

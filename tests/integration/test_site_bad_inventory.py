@@ -249,6 +249,12 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "no StorageClass nvme",
     ),
     (
+        "accounting-without-its-database-secret",
+        {"slurm_cluster_accounting": True},
+        "slurm_cluster_accounting_database.password_secret",
+        "no Secret mariadb-password with the key password",
+    ),
+    (
         "chart-source-two-forms",
         {
             "slurm_cluster_chart": {

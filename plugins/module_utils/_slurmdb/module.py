@@ -18,7 +18,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._argspec import Argu
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import (
     fail_with,
     slurm_client,
-    slurmrestd_argspec,
+    slurmrestd_from_cluster_argspec,
+    token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     SlurmRestError,
@@ -71,8 +72,9 @@ def setting_options(table: t.Mapping[str, tuple[str, str]]) -> dict[str, dict[st
 
 
 def accounting_argspec(entries: str, options: dict[str, dict[str, t.Any]]) -> ArgumentSpec:
-    """The slurmrestd options, O(cluster), O(state) and the list of entries."""
-    return slurmrestd_argspec().update_argspec(
+    """The slurmrestd options (a token or JWT key from a Secret too), O(cluster), O(state)
+    and the list of entries."""
+    return slurmrestd_from_cluster_argspec().update_argspec(
         cluster={"type": "str"},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
         **{
@@ -126,7 +128,7 @@ def accounting_error(err: SlurmRestError) -> SlurmRestError:
 def run_accounting_module(module: AnsibleModule, option: str, planner: Planner) -> None:
     """Plan, apply (unless check mode) and exit with the result."""
     result: JSON = {"changed": False, option: []}
-    client = slurm_client(module)
+    client = slurm_client(module, token_source_from_params(module))
     api = SlurmdbApi(client)
     try:
         _run(module, api, option, planner, result)
