@@ -133,6 +133,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.module impo
     Plan,
     Request,
     accounting_argspec,
+    removals,
     run_accounting_module,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.records import plan_accounts
@@ -155,11 +156,7 @@ def plan(api: SlurmdbApi, cluster: str, entries: list[JSON]) -> Plan:
         )
         for parent, names in accounts.placements()
     ]
-    requests += [
-        (f"DELETE account {change.key}", partial(api.delete_account, change.key))
-        for change in accounts.changes
-        if change.action == "delete"
-    ]
+    requests += removals(accounts.changes, "account", api.delete_account)
     return Plan(accounts.changes, requests)
 
 

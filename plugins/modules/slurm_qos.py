@@ -238,6 +238,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.module impo
     Plan,
     Request,
     accounting_argspec,
+    removals,
     run_accounting_module,
     setting_options,
 )
@@ -253,11 +254,7 @@ def plan(api: SlurmdbApi, cluster: str, entries: list[JSON]) -> Plan:
         (f"POST qos ({len(batch)})", partial(api.post_qos, batch))
         for batch in qos_requests(changes)
     ]
-    requests += [
-        (f"DELETE qos {change.key}", partial(api.delete_qos, change.key))
-        for change in changes
-        if change.action == "delete"
-    ]
+    requests += removals(changes, "qos", api.delete_qos)
     return Plan(changes, requests)
 
 

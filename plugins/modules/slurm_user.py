@@ -142,6 +142,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.module impo
     Plan,
     Request,
     accounting_argspec,
+    removals,
     run_accounting_module,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.records import plan_users
@@ -162,11 +163,7 @@ def plan(api: SlurmdbApi, cluster: str, entries: list[JSON]) -> Plan:
         requests.append(
             (f"POST users ({len(users.records)})", partial(api.post_users, users.records))
         )
-    requests += [
-        (f"DELETE user {change.key}", partial(api.delete_user, change.key))
-        for change in users.changes
-        if change.action == "delete"
-    ]
+    requests += removals(users.changes, "user", api.delete_user)
     return Plan(users.changes, requests)
 
 

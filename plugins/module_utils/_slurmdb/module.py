@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typing as t
 from dataclasses import dataclass, field
+from functools import partial
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -48,6 +49,17 @@ class Plan:
 
 
 Planner = t.Callable[[SlurmdbApi, str, list[JSON]], Plan]
+
+
+def removals(
+    changes: t.Sequence[Change], what: str, delete: t.Callable[[str], None]
+) -> list[Request]:
+    """One DELETE request per change that removes a record named by its key."""
+    return [
+        (f"DELETE {what} {change.key}", partial(delete, change.key))
+        for change in changes
+        if change.action == "delete"
+    ]
 
 
 # The option type of each kind of setting (fields.py): TRES limits and durations take a
