@@ -131,8 +131,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.api import 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.module import (
     JSON,
     Plan,
-    Request,
     accounting_argspec,
+    posted,
     removals,
     run_accounting_module,
 )
@@ -141,14 +141,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.records imp
 
 def plan(api: SlurmdbApi, cluster: str, entries: list[JSON]) -> Plan:
     accounts = plan_accounts(api.accounts(), api.associations(cluster), entries, cluster)
-    requests: list[Request] = []
-    if accounts.records:
-        requests.append(
-            (
-                f"POST accounts ({len(accounts.records)})",
-                partial(api.post_accounts, accounts.records),
-            )
-        )
+    requests = posted("accounts", accounts.records, api.post_accounts)
     requests += [
         (
             f"POST accounts_association under {parent} ({len(names)})",

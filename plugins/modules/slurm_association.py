@@ -218,8 +218,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.fields impo
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.module import (
     JSON,
     Plan,
-    Request,
     accounting_argspec,
+    posted,
     run_accounting_module,
     setting_options,
 )
@@ -231,11 +231,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.records imp
 def plan(api: SlurmdbApi, cluster: str, entries: list[JSON]) -> Plan:
     changes = plan_associations(api.associations(), entries, cluster)
     posts = [change.body for change in changes if change.action in ("create", "update")]
-    requests: list[Request] = []
-    if posts:
-        requests.append(
-            (f"POST associations ({len(posts)})", partial(api.post_associations, posts))
-        )
+    requests = posted("associations", posts, api.post_associations)
     requests += [
         (f"DELETE association {change.key}", partial(api.delete_association, change.body))
         for change in changes

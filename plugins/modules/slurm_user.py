@@ -134,14 +134,12 @@ requests:
   sample: 5
 """
 
-from functools import partial
-
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.api import SlurmdbApi
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.module import (
     JSON,
     Plan,
-    Request,
     accounting_argspec,
+    posted,
     removals,
     run_accounting_module,
 )
@@ -150,19 +148,11 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.records imp
 
 def plan(api: SlurmdbApi, cluster: str, entries: list[JSON]) -> Plan:
     users = plan_users(api.users(), api.associations(cluster), entries, cluster)
-    requests: list[Request] = []
-    if users.associations:
+    requests = [
         # A new user comes with its first association.
-        requests.append(
-            (
-                f"POST associations ({len(users.associations)})",
-                partial(api.post_associations, users.associations),
-            )
-        )
-    if users.records:
-        requests.append(
-            (f"POST users ({len(users.records)})", partial(api.post_users, users.records))
-        )
+        *posted("associations", users.associations, api.post_associations),
+        *posted("users", users.records, api.post_users),
+    ]
     requests += removals(users.changes, "user", api.delete_user)
     return Plan(users.changes, requests)
 

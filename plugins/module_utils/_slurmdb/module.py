@@ -51,6 +51,11 @@ class Plan:
 Planner = t.Callable[[SlurmdbApi, str, list[JSON]], Plan]
 
 
+def posted(what: str, records: list[JSON], post: t.Callable[[list[JSON]], None]) -> list[Request]:
+    """One POST request for all the records of a kind, none when there are none."""
+    return [(f"POST {what} ({len(records)})", partial(post, records))] if records else []
+
+
 def removals(
     changes: t.Sequence[Change], what: str, delete: t.Callable[[str], None]
 ) -> list[Request]:

@@ -203,10 +203,11 @@ def _assoc_identity(record: JSON) -> tuple[str, str, str, str]:
     )
 
 
-def accounts_on(associations: list[JSON], cluster: str) -> set[str]:
-    """Accounts that have their own association on the cluster (users can join those)."""
+def account_parents(associations: list[JSON], cluster: str) -> dict[str, str]:
+    """The accounts that have their own association on the cluster (users can join those),
+    each with its parent account."""
     return {
-        str(record.get("account"))
+        str(record.get("account")): str(record.get("parent_account") or "")
         for record in associations
         if record.get("cluster") == cluster
         and not record.get("user")
@@ -305,13 +306,8 @@ def plan_accounts(
 ) -> AccountPlan:
     """Accounts and their place in the tree on `cluster`."""
     by_name = {record.get("name"): record for record in current}
-    parents = {
-        str(record.get("account")): str(record.get("parent_account") or "")
-        for record in associations
-        if record.get("cluster") == cluster
-        and not record.get("user")
-        and not record.get("partition")
-    }
+    parents = account_parents(associations, cluster)
+    named = {str(entry.get("name")) for entry in entries}
     plan = AccountPlan([], [], {})
     for index, entry in enumerate(entries):
         where = f"accounts[{index}]"
@@ -343,11 +339,7 @@ def plan_accounts(
         if not placed:
             after["parent"] = parent or "root"
             plan.new_by_parent.setdefault(after["parent"], []).append(name)
-            if (
-                after["parent"] not in parents
-                and after["parent"] != "root"
-                and not any(str(other.get("name")) == after["parent"] for other in entries)
-            ):
+            if after["parent"] not in {*parents, *named, "root"}:
                 raise FieldError(
                     f"{where}.parent: account {after['parent']} has no association on "
                     f"cluster {cluster}; add it to accounts, or create it first"
@@ -387,7 +379,7 @@ def plan_users(
             member_of.setdefault(assoc["user"], set()).add(str(assoc.get("account")))
             if assoc.get("is_default"):
                 default_of[assoc["user"]] = str(assoc.get("account"))
-    known_accounts = accounts_on(associations, cluster)
+    known_accounts = set(account_parents(associations, cluster))
     plan = UserPlan([], [], [])
     for index, entry in enumerate(entries):
         where = f"users[{index}]"
