@@ -14,7 +14,7 @@ recipe it was built from, so ``build`` rebuilds only what changed.
 * ``hpcops.local/kind-node:v1.36.2``: bookworm (its systemd 252 runs on this cgroup v1
   host; newer ones refuse) with Debian's containerd, runc and CNI plugins, and kind's own
   files, read from kind's Go module at build time (not kept in this repository).
-* ``hpcops.local/slinky/{slurmctld,slurmd,slurmrestd}:<slurm>-debian-forky``: Slurm 26.05
+* ``hpcops.local/slinky/{slurmctld,slurmd,slurmrestd,slurmdbd}:<slurm>-debian-forky``: Slurm 26.05
   from Debian forky, honouring what the Slinky operator expects of its images (users,
   paths, arguments: see ``kind/slurmd-entrypoint.sh``); 1.2.1 asks the same of them as 1.1
   (slurmd's arguments, probes and log sidecar; only its preStop hook no longer deletes the
@@ -27,6 +27,10 @@ recipe it was built from, so ``build`` rebuilds only what changed.
   (only where ``../shared/sources`` has them), ``hpcops.local/kedacore/*:2.20.2`` from
   KEDA's module, ``hpcops.local/prometheus-operator/*:v0.85.0`` from its module, and
   ``hpcops.local/prometheus/prometheus`` from Debian forky's package.
+* ``hpcops.local/mariadb-operator/mariadb-operator:25.10.2`` from its module, and
+  ``hpcops.local/library/mariadb:<version>`` from Debian forky's mariadb-server with an
+  entrypoint of our own (``kind/mariadb-entrypoint.sh``) that honours what the operator
+  asks of MariaDB's image: slurmdbd's database, as Slinky's installation guide makes it.
 
 CLI::
 
@@ -65,6 +69,7 @@ from toolbox import (
     debian_mirror,
     file_lock,
     logger,
+    proc_mounted,
     replace_tree,
     run_cli,
     run_logged,
@@ -126,6 +131,8 @@ SLURM_PACKAGES = [
     "slurmrestd",
     "slurm-client",
     "slurm-wlm-jwt-plugin",
+    "slurmdbd",
+    "slurm-wlm-mysql-plugin",
     "tini",
     "hostname",
     "procps",
@@ -247,6 +254,60 @@ def slurm_root() -> Path:
 
     recipe = f"1 {' '.join(SLURM_PACKAGES)} {asset_digest(*SLURM_SCRIPTS)}"
     return cached_root(f"{SLURM_SUITE}-slurm", recipe, build)
+
+
+MARIADB_SUITE = "forky"
+MARIADB_UID = 999  # what the mariadb-operator runs MariaDB as (its pods' securityContext)
+MARIADB_SCRIPTS = ("mariadb-entrypoint.sh",)
+
+
+def mariadb_root() -> Path:
+    """Debian's mariadb-server laid out as MariaDB's own image: mysql is uid 999, the
+    server reads /etc/mysql/conf.d (where the operator mounts the resource's myCnf) last,
+    listens on every address of the pod, and runs mariadb-entrypoint.sh."""
+
+    def build(root: Path, log_path: Path) -> None:
+        debootstrap(MARIADB_SUITE, root, log_path)
+        in_root(root, log_path, "groupadd", "--system", "--gid", str(MARIADB_UID), "mysql")
+        in_root(
+            root, log_path, "useradd", "--system", "--uid", str(MARIADB_UID),
+            "--gid", str(MARIADB_UID), "--no-create-home", "--home-dir", "/var/lib/mysql",
+            "--shell", "/usr/sbin/nologin", "mysql",
+        )  # fmt: skip
+        with proc_mounted(root):
+            apt_install(root, log_path, ["mariadb-server", "tini"])
+        # The data directory the package made (Debian's default, /var/lib/mariadb) and its
+        # 127.0.0.1-only listener are for a host: the operator mounts the claim at
+        # /var/lib/mysql, which the entrypoint names. Nor does an image need the manuals.
+        for path in ("var/lib/mariadb", "var/lib/mysql", "usr/share/doc", "usr/share/man",
+                     "usr/share/locale"):  # fmt: skip
+            shutil.rmtree(root / path, ignore_errors=True)
+        # my.cnf is an absolute link through /etc/alternatives: written through, it would
+        # land on this host.
+        my_cnf = root / "etc/mysql/my.cnf"
+        my_cnf.unlink()
+        my_cnf.write_text(
+            "[client-server]\nsocket=/run/mysqld/mysqld.sock\n\n"
+            "[mariadbd]\nbind-address=0.0.0.0\nskip-name-resolve\n\n"
+            "!includedir /etc/mysql/mariadb.conf.d/\n!includedir /etc/mysql/conf.d/\n"
+        )
+        server_cnf = root / "etc/mysql/mariadb.conf.d/50-server.cnf"
+        server_cnf.write_text(
+            "".join(
+                line
+                for line in server_cnf.read_text().splitlines(keepends=True)
+                if not line.startswith("bind-address")
+            )
+        )
+        for path in ("var/lib/mysql", "run/mysqld"):
+            (root / path).mkdir(parents=True, exist_ok=True)
+            os.chown(root / path, MARIADB_UID, MARIADB_UID)
+        for script in MARIADB_SCRIPTS:
+            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
+            (root / "usr/local/bin" / script).chmod(0o755)
+
+    recipe = f"3 mariadb-server tini {asset_digest(*MARIADB_SCRIPTS)}"
+    return cached_root(f"{MARIADB_SUITE}-mariadb", recipe, build)
 
 
 PROMETHEUS_SUITE = "forky"
@@ -555,6 +616,7 @@ def catalogue() -> dict[str, Image]:
         slurm_image("slurmd", entrypoint=("tini", "-g", "--", "/usr/local/bin/slurmd-entrypoint.sh")),
         slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
                     user=f"{SLURMRESTD_UID}:{SLURMRESTD_UID}"),
+        slurm_image("slurmdbd", entrypoint=("tini", "-g", "--", "slurmdbd", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
     ]  # fmt: skip
     node = Image(
         "kind-node",
@@ -588,6 +650,9 @@ KEDA_COMMANDS = {  # the chart runs these paths as the containers' command
 PROMETHEUS_OPERATOR_REPOSITORY = f"{REGISTRY}/prometheus-operator"
 PROMETHEUS_IMAGE = f"{REGISTRY}/prometheus/prometheus:{{prometheus}}"
 NONROOT = "65532:65532"
+# The mariadb-operator's chart and its MariaDB resource name these, less the registry host.
+MARIADB_OPERATOR_IMAGE = f"{REGISTRY}/mariadb-operator/mariadb-operator:{k8s_binaries.MARIADB_OPERATOR_VERSION.lstrip('v')}"
+MARIADB_IMAGE = f"{REGISTRY}/library/mariadb:{{mariadb}}"
 
 
 def addon_images() -> list[Image]:
@@ -615,6 +680,14 @@ def addon_images() -> list[Image]:
         images.append(Image(name, f"{PROMETHEUS_OPERATOR_REPOSITORY}/{name}:{operator_tag}",
                             binary_root((name, path)), binary_inputs(name),
                             entrypoint=(path,), user="65534:65534"))  # fmt: skip
+    images.append(Image("mariadb-operator", MARIADB_OPERATOR_IMAGE,
+                        binary_root(("mariadb-operator", "/bin/mariadb-operator")),
+                        binary_inputs("mariadb-operator"),
+                        entrypoint=("/bin/mariadb-operator",), user=NONROOT))  # fmt: skip
+    images.append(Image("mariadb", MARIADB_IMAGE, copy_root(mariadb_root),
+                        lambda: root_recipe(mariadb_root()),
+                        entrypoint=("tini", "-g", "--", "/usr/local/bin/mariadb-entrypoint.sh"),
+                        user=f"{MARIADB_UID}:{MARIADB_UID}"))  # fmt: skip
     images.append(Image("prometheus", PROMETHEUS_IMAGE, fill_prometheus,
                         lambda: root_recipe(prometheus_root()),
                         entrypoint=("/bin/prometheus",), user="65534:65534", revision=2))  # fmt: skip
@@ -640,6 +713,8 @@ def fill_prometheus(root: Path) -> None:
 def resolve_ref(image: Image) -> str:
     if "{slurm}" in image.ref:
         return image.ref.format(slurm=slurm_version(slurm_root()))
+    if "{mariadb}" in image.ref:
+        return image.ref.format(mariadb=package_version(mariadb_root(), "mariadb-server"))
     if "{prometheus}" in image.ref:
         return image.ref.format(prometheus=package_version(prometheus_root(), "prometheus"))
     return image.ref
@@ -691,7 +766,7 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     cert-manager's (then cert-manager-version names its release); prometheus-operator/ the
     Prometheus operator's CRDs and RBAC, and monitoring.json its images and Prometheus';
     load-images.txt the images `kind load` puts on the nodes; slurm-image-tag the tag of the
-    Slurm images; slinky-version that release.
+    Slurm images, mariadb-image-tag that of MariaDB; slinky-version that release.
     """
     binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
     charts = {**k8s_binaries.slinky_charts(), **addon_charts()}
@@ -725,6 +800,7 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     load = [ref for key, ref in refs.items() if key != "kind-node" and not catalogue_[key].preload]
     (CHECKOUT_DIR / "load-images.txt").write_text("\n".join(load) + "\n")
     (CHECKOUT_DIR / "slurm-image-tag").write_text(refs["slurmd"].rsplit(":", 1)[1])
+    (CHECKOUT_DIR / "mariadb-image-tag").write_text(refs["mariadb"].rsplit(":", 1)[1])
     (CHECKOUT_DIR / "slinky-version").write_text(SLINKY_VERSION + "\n")
     log(
         f"kind runs Slinky {SLINKY_VERSION}, from {k8s_binaries.slinky_origin('v' + SLINKY_VERSION)}"
@@ -746,8 +822,9 @@ def manifest_as_json(path: Path) -> object:
 
 
 def addon_charts() -> dict[str, Path]:
-    """KEDA's chart, and cert-manager's where its release sources are here."""
-    charts = {"keda": k8s_binaries.keda_chart()}
+    """KEDA's chart, the mariadb-operator's two, and cert-manager's where its release
+    sources are here."""
+    charts = {"keda": k8s_binaries.keda_chart(), **k8s_binaries.mariadb_operator_charts()}
     if k8s_binaries.cert_manager_buildable():
         charts["cert-manager"] = k8s_binaries.cert_manager_local_chart()
     return charts
@@ -771,6 +848,7 @@ KIND_BINARIES = (
     *KEDA_COMMANDS,
     "prometheus-operator",
     "prometheus-config-reloader",
+    "mariadb-operator",
 )
 
 
@@ -824,7 +902,7 @@ def prepare_roots() -> None:
     """The root filesystems that need no Go binary, then node_prep's Debian hosts."""
     started = time.monotonic()
     with build_lock():
-        for root in (bookworm_base, slurm_root, prometheus_root):
+        for root in (bookworm_base, slurm_root, mariadb_root, prometheus_root):
             root()
         # The Debian 12 and 13 hosts of the bare-metal preflight test; node_hosts builds on
         # this module, hence the late import.

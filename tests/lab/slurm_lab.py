@@ -87,6 +87,7 @@ from toolbox import (
     pids_in_chroot,
     port_free,
     print_env,
+    proc_mounted,
     remove_network,
     replace_tree,
     run_cli,
@@ -324,12 +325,8 @@ def build_chroot(target: Path, release: Release) -> None:
         apt_conf="99hpcops-lab",
     )
     log(f"  installing {' '.join(CHROOT_PACKAGES)}")
-    # mariadb-server's postinst runs systemd-tmpfiles, which needs /proc.
-    sh("mount", "-t", "proc", "proc", str(target / "proc"))
-    try:
+    with proc_mounted(target):
         apt_install(target, build_log, CHROOT_PACKAGES)
-    finally:
-        sh("umount", str(target / "proc"))
 
     useradd = ["chroot", str(target), "useradd", "--user-group", "--shell", "/bin/sh"]
     run_logged([*useradd, "--system", "--no-create-home", REST_USER], build_log)

@@ -349,6 +349,17 @@ def debootstrap(
     policy.chmod(0o755)
 
 
+@contextlib.contextmanager
+def proc_mounted(root: Path) -> Iterator[None]:
+    """/proc inside root while package scripts run there: mariadb-server's postinst runs
+    systemd-tmpfiles, which needs it."""
+    sh("mount", "-t", "proc", "proc", str(root / "proc"))
+    try:
+        yield
+    finally:
+        sh("umount", str(root / "proc"))
+
+
 def apt_install(root: Path, log_path: Path, packages: Sequence[str]) -> None:
     """apt-get update, install (without recommends) and clean, chrooted into root."""
     apt = ["chroot", str(root), "apt-get", "-q", "-y"]
