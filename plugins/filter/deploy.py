@@ -12,7 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import rollout
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, rollout
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
@@ -86,6 +86,29 @@ def slurm_cluster_storage_problems(
         None,
     )
     return controller_storage_problems(values, storage_classes, existing)
+
+
+def mariadb_resource(settings: t.Any) -> dict[str, t.Any]:
+    """The mariadb-operator's MariaDB resource for slurmdbd from the mariadb role's settings."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError("mariadb_resource: expected the role's settings (a mapping)")
+    try:
+        return mariadb.mariadb_resource(settings)
+    except mariadb.MariadbConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+def mariadb_storage_problems(
+    resource: t.Any, storage_classes: t.Any, existing: t.Any = None
+) -> list[str]:
+    """Why the MariaDB's claim would not bind, or cannot change."""
+    if not isinstance(resource, dict) or not isinstance(storage_classes, list):
+        raise AnsibleFilterError(
+            "mariadb_storage_problems: expected the MariaDB resource (a mapping) and the "
+            "StorageClasses (k8s_info resources)"
+        )
+    found = existing[0] if isinstance(existing, list) and existing else existing or None
+    return mariadb.mariadb_storage_problems(resource, storage_classes, found)
 
 
 def slurm_cluster_autoscaling(
@@ -173,6 +196,8 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "helm_chart_args": helm_chart_args,
+            "mariadb_resource": mariadb_resource,
+            "mariadb_storage_problems": mariadb_storage_problems,
             "mirrored_image": mirrored_image,
             "nodeset_rollout_pending": nodeset_rollout_pending,
             "slinky_release": slinky_release,

@@ -26,6 +26,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 ROLES = {
     "cert_manager": "_cert_manager_helm_values",
     "slurm_operator": "_slurm_operator_helm_values",
+    "mariadb": "_mariadb_operator_helm_values",
     "slurm_cluster": "_slurm_cluster_helm_values",
     "gpu_operator": "_gpu_operator_helm_values",
     "keda": "_keda_helm_values",
@@ -34,6 +35,8 @@ ROLES = {
 CHECKED_AGAINST = {
     "cert_manager": "cert-manager v1.21.2 (deploy/charts/cert-manager, values.schema.json)",
     "slurm_operator": "slurm-operator 1.2.1 (helm/slurm-operator)",
+    "mariadb": "mariadb-operator 25.10.2 (deploy/charts/mariadb-operator)",
+    "mariadb_resource": "the MariaDB CRD (k8s.mariadb.com/v1alpha1) of mariadb-operator 25.10.2",
     "slurm_cluster-1.2": "slurm 1.2.1 (helm/slurm; slurm.conf of operator v1.2.1), slinky_version 1.2.2",
     "slurm_cluster-1.1": "slurm 1.1.2 (helm/slurm; slurm.conf of operator v1.1.2), slinky_version 1.1.2",
     "gpu_operator": "gpu-operator v26.7.0 (deployments/gpu-operator)",
@@ -103,6 +106,7 @@ def build(overrides: dict[str, t.Any]) -> dict[str, t.Any]:
         override_file.write_text(yaml.safe_dump(overrides))
         dump = {role: f"{{{{ {fact} }}}}" for role, fact in ROLES.items()}
         dump["scaled_objects"] = "{{ _keda_scaled_objects }}"
+        dump["mariadb_resource"] = "{{ _mariadb_resource }}"
         # What the keda role applies, in its order: TriggerAuthentications, ScaledObjects.
         dump["keda_objects"] = "{{ _keda_trigger_authentications + _keda_scaled_objects }}"
         tasks.append(
@@ -169,7 +173,9 @@ def compare_with_golden(key: str, built: t.Any, overrides: str = "") -> None:
     )
 
 
-@pytest.mark.parametrize("name", [*ROLES, "scaled_objects", "slurm_cluster-1.1"])
+@pytest.mark.parametrize(
+    "name", [*ROLES, "scaled_objects", "mariadb_resource", "slurm_cluster-1.1"]
+)
 def test_values_match_golden_file(
     built_values: dict[str, t.Any], built_values_1_1: dict[str, t.Any], name: str
 ) -> None:

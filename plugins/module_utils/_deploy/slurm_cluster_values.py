@@ -198,6 +198,18 @@ def restated_slurm_conf(cgroups: bool, accounting: bool) -> dict[str, str]:
     return conf
 
 
+# With slurmdbd: association and QoS limits enforced (a job of a user without an
+# association is refused, `safe`: none starts that a GrpTRESMins limit would kill), and
+# fair share weighing in the priority (its weight is 0 unless set). Site settings
+# (slurm_cluster_slurm_conf) win.
+ACCOUNTING_POLICY = {
+    "AccountingStorageEnforce": "associations,limits,qos,safe",
+    "PriorityType": "priority/multifactor",
+    "PriorityWeightFairshare": "10000",
+    "PriorityWeightAge": "1000",
+}
+
+
 class ConfigError(ValueError):
     """A setting that cannot work: the variable at fault and what to do."""
 
@@ -1262,6 +1274,8 @@ def build_values(
         "JobRequeue": "1",
         "SchedulerType": "sched/backfill",
     }
+    if accounting:
+        conf |= ACCOUNTING_POLICY
     conf.update(mcs_settings(str(settings.get("mcs", "none")), accounting, release))
     conf.update(_mapping(settings.get("slurm_conf"), "slurm_cluster_slurm_conf"))
 
@@ -1296,4 +1310,57 @@ def build_values(
     values = _merge(line.chart_defaults_off, values)
     values = _merge(values, _mapping(settings.get("values"), "slurm_cluster_values"))
     _check_nodeset_keys(line, settings, values)
+    if accounting and not values["accounting"].get("external"):
+        _wait_for_slurmdbd(values, str(settings.get("release") or CHART_NAME), settings)
     return values
+
+
+# The operator names the Accounting's Service after it (`<slurm.fullname>-accounting`) and
+# serves slurmdbd on 6819 (its common.SlurmdbdPort).
+SLURMDBD_PORT = 6819
+WAIT_FOR_SLURMDBD = "wait-for-slurmdbd"
+# bash's /dev/tcp needs no tool the slurmctld image may lack. It gives up after the limit:
+# a first start needs slurmdbd (slurmctld cannot enforce associations it never read), but a
+# restart during a database outage must not leave the cluster without slurmctld, which
+# then runs from the associations it saved and keeps its jobs.
+WAIT_FOR_SLURMDBD_SCRIPT = """host=$1 port=$2 limit=$3
+for ((waited = 0; waited < limit; waited += 2)); do
+  if (echo >"/dev/tcp/$host/$port") 2>/dev/null; then
+    echo "slurmdbd answers at $host:$port"
+    exit 0
+  fi
+  sleep 2
+done
+echo "slurmdbd at $host:$port did not answer in ${limit}s: slurmctld starts without it" >&2
+"""
+
+
+def _wait_for_slurmdbd(values: dict[str, t.Any], release: str, settings: Mapping[str, t.Any]) -> None:
+    """Start slurmctld only once slurmdbd answers: an init container in its pod (a
+    slurmctld started first never became ready in Slinky's reports, slurm-operator #27)."""
+    wait_s = _count(
+        settings.get("accounting_wait_s", 600),
+        "slurm_cluster_accounting_wait_s",
+        0,
+        86400,
+        "give the seconds slurmctld waits for slurmdbd when it starts (0: it does not wait)",
+    )
+    if wait_s == 0:
+        return
+    controller = values["controller"]
+    image = controller["slurmctld"]["image"]
+    pod_spec = controller.setdefault("podSpec", {})
+    init_containers = list(pod_spec.get("initContainers") or [])
+    if any(container.get("name") == WAIT_FOR_SLURMDBD for container in init_containers):
+        return  # the site's own, through slurm_cluster_values
+    host = f"{_chart_fullname(release, values)}-accounting"
+    init_containers.insert(
+        0,
+        {
+            "name": WAIT_FOR_SLURMDBD,
+            "image": f"{image['repository']}:{image['tag']}",
+            "command": ["bash", "-c", WAIT_FOR_SLURMDBD_SCRIPT, WAIT_FOR_SLURMDBD, host,
+                        str(SLURMDBD_PORT), str(wait_s)],
+        },
+    )  # fmt: skip
+    pod_spec["initContainers"] = init_containers

@@ -52,6 +52,33 @@ def default_classes(storage_classes: Sequence[Mapping[str, t.Any]]) -> list[str]
     )
 
 
+def storage_class_problems(
+    variable: str,
+    class_name: str | None,
+    storage_classes: Sequence[Mapping[str, t.Any]],
+    claim: str,
+    consumer: str,
+    other_fixes: str = "",
+) -> list[str]:
+    """Why a claim of class_name would not bind (None: the default class; "": a volume of
+    no class, bound by hand)."""
+    names = sorted(str(item["metadata"]["name"]) for item in storage_classes)
+    fixes = f", {other_fixes}" if other_fixes else ""
+    if class_name is None and not default_classes(storage_classes):
+        return [
+            f"{variable}: unset, so {claim} asks for the default StorageClass, and this "
+            f"cluster has none marked default (it has {', '.join(names) or 'no StorageClass at all'}), "
+            f"so {consumer} would stay Pending; name a StorageClass there, mark one default "
+            f'(storageclass.kubernetes.io/is-default-class: "true"){fixes}'
+        ]
+    if class_name and class_name not in names:
+        return [
+            f"{variable}: there is no StorageClass {class_name} (the cluster has "
+            f"{', '.join(names) or 'none'}); name one of them, or create it first"
+        ]
+    return []
+
+
 def controller_persistence(values: Mapping[str, t.Any]) -> dict[str, t.Any]:
     """The controller's persistence the chart renders: its defaults under the site's."""
     given = (values.get("controller") or {}).get("persistence") or {}
@@ -93,23 +120,15 @@ def controller_storage_problems(
     wanted = controller_persistence(values)
     problems: list[str] = []
     if wanted["enabled"] and not wanted["existingClaim"]:
-        names = sorted(str(item["metadata"]["name"]) for item in storage_classes)
-        class_name = wanted["storageClassName"]
-        if class_name is None and not default_classes(storage_classes):
-            problems.append(
-                f"{VARIABLE}.storageClassName: unset, so slurmctld's claim asks for the default "
-                f"StorageClass, and this cluster has none marked default (it has "
-                f"{', '.join(names) or 'no StorageClass at all'}), so slurmctld would stay "
-                "Pending; name one in storageClassName, mark one default "
-                '(storageclass.kubernetes.io/is-default-class: "true"), give an '
-                "existingClaim, or set enabled: false (slurmctld then loses its jobs and "
-                "nodes whenever its pod is recreated)"
-            )
-        elif class_name and class_name not in names:
-            problems.append(
-                f"{VARIABLE}.storageClassName: there is no StorageClass {class_name} (the "
-                f"cluster has {', '.join(names) or 'none'}); name one of them, or create it first"
-            )
+        problems += storage_class_problems(
+            f"{VARIABLE}.storageClassName",
+            wanted["storageClassName"],
+            storage_classes,
+            "slurmctld's claim",
+            "slurmctld",
+            "give an existingClaim, or set enabled: false (slurmctld then loses its jobs and "
+            "nodes whenever its pod is recreated)",
+        )
     if controller is not None:
         before = _existing((controller.get("spec") or {}).get("persistence") or {})
         name = (controller.get("metadata") or {}).get("name", "")
