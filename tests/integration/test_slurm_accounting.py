@@ -274,3 +274,53 @@ def test_while_slurmdbd_is_away_jobs_run_and_the_modules_say_so(
         ]
         time.sleep(1)
     assert accounted == [{"JobID": str(job), "State": "COMPLETED"}]
+
+
+def test_accounting_info_reads_jobs_and_shares_as_sacct_and_sshare(
+    slurm_api: tuple[t.Any, str],
+) -> None:
+    lab, api_version = slurm_api
+    conn = connection(lab, api_version)
+    job_id = lab.submit_job("true", name="hpcops-acct-info", account="lab")
+    deadline = time.monotonic() + 60
+    sacct: list[str] = []
+    while time.monotonic() < deadline:  # slurmdbd records the end a moment after it
+        sacct = lab.run(
+            ["sacct", "-nP", "-X", f"-j{job_id}", "--format=JobID,User,Account,State,NodeList"],
+            check=True,
+        ).stdout.split()
+        if sacct and sacct[0].split("|")[3] == "COMPLETED":
+            break
+        time.sleep(0.5)
+    assert sacct, f"sacct never showed job {job_id}"
+    found = run_task(
+        "hpcops.slinky.slurm_accounting_info",
+        {**conn, "gather": ["jobs", "shares"], "users": ["alice"], "jobs_since_s": 3600},
+    )
+    assert not found.failed and not found["changed"], found.get("msg")
+    jobs = {job["job_id"]: job for job in found["jobs"]}
+    job = jobs[job_id]
+    oracle = dict(
+        zip(["JobID", "User", "Account", "State", "NodeList"], sacct[0].split("|"), strict=True)
+    )
+    assert (job["user"], job["account"], job["state"], job["nodes"]) == (
+        oracle["User"],
+        oracle["Account"],
+        oracle["State"],
+        oracle["NodeList"],
+    )
+    assert job["start"] and job["end"] and job["end"] >= job["start"] and job["exit_code"] == 0
+    assert {job["user"] for job in found["jobs"]} == {"alice"}, "the user filter let others through"
+    # sshare's line of alice under lab, read by the oracle from slurmctld.
+    (row,) = [
+        line.split("|")
+        for line in lab.run(["sshare", "-nP", "-u", "alice", "-A", "lab", "--format=Account,User,RawUsage"],
+                            check=True).stdout.split()
+        if line.split("|")[1] == "alice"
+    ]  # fmt: skip
+    shares = [
+        share for share in found["shares"] if share["user"] == "alice" and share["account"] == "lab"
+    ]
+    assert len(shares) == 1, found["shares"]
+    # Usage decays and grows between the two reads; both count the job's seconds.
+    assert abs(shares[0]["raw_usage"] - int(row[2])) <= 2, (shares[0], row)

@@ -43,7 +43,9 @@ def my_cnf(config: Mapping[str, t.Any]) -> str:
     for key, value in config.items():
         if not CNF_KEY_RE.match(str(key)):
             raise MariadbConfigError(
-                f"mariadb_config.{key}", "is not a my.cnf option name", "use letters, digits, - and _"
+                f"mariadb_config.{key}",
+                "is not a my.cnf option name",
+                "use letters, digits, - and _",
             )
         if value is None or value is False:
             continue
@@ -98,11 +100,15 @@ def mariadb_resource(settings: Mapping[str, t.Any]) -> dict[str, t.Any]:
             )
     storage = settings.get("storage") or {}
     if not isinstance(storage, Mapping):
-        raise MariadbConfigError("mariadb_storage", f"{storage!r} is not a mapping", "give {size: 16Gi}")
+        raise MariadbConfigError(
+            "mariadb_storage", f"{storage!r} is not a mapping", "give {size: 16Gi}"
+        )
     unknown = sorted(set(storage) - {"size", "storage_class"})
     if unknown:
         raise MariadbConfigError(
-            f"mariadb_storage.{unknown[0]}", "is not a storage setting", "use size and storage_class"
+            f"mariadb_storage.{unknown[0]}",
+            "is not a storage setting",
+            "use size and storage_class",
         )
     size = str(storage.get("size") or "")
     if not QUANTITY_RE.match(size):
@@ -121,21 +127,27 @@ def mariadb_resource(settings: Mapping[str, t.Any]) -> dict[str, t.Any]:
         )
     config = settings.get("config") or {}
     if not isinstance(config, Mapping):
-        raise MariadbConfigError("mariadb_config", f"{config!r} is not a mapping", "give option: value pairs")
+        raise MariadbConfigError(
+            "mariadb_config", f"{config!r} is not a mapping", "give option: value pairs"
+        )
     spec: dict[str, t.Any] = {
         "image": image,
         "rootPasswordSecretKeyRef": _secret_ref(
             settings.get("root_password_secret"), "mariadb_root_password_secret"
         ),
         "username": str(settings["user"]),
-        "passwordSecretKeyRef": _secret_ref(settings.get("password_secret"), "mariadb_password_secret"),
+        "passwordSecretKeyRef": _secret_ref(
+            settings.get("password_secret"), "mariadb_password_secret"
+        ),
         "database": str(settings["database"]),
         "storage": spec_storage,
         "myCnf": my_cnf(config),
     }
     overrides = settings.get("spec") or {}
     if not isinstance(overrides, Mapping):
-        raise MariadbConfigError("mariadb_spec", f"{overrides!r} is not a mapping", "give MariaDB spec fields")
+        raise MariadbConfigError(
+            "mariadb_spec", f"{overrides!r} is not a mapping", "give MariaDB spec fields"
+        )
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -162,7 +174,11 @@ def mariadb_storage_problems(
         return []
     class_name = storage.get("storageClassName")
     problems = storage_class_problems(
-        "mariadb_storage.storage_class", class_name, storage_classes, "the database's claim", "MariaDB"
+        "mariadb_storage.storage_class",
+        class_name,
+        storage_classes,
+        "the database's claim",
+        "MariaDB",
     )
     if existing is not None:
         before = ((existing.get("spec") or {}).get("storage") or {}).get("storageClassName")

@@ -1335,7 +1335,9 @@ echo "slurmdbd at $host:$port did not answer in ${limit}s: slurmctld starts with
 """
 
 
-def _wait_for_slurmdbd(values: dict[str, t.Any], release: str, settings: Mapping[str, t.Any]) -> None:
+def _wait_for_slurmdbd(
+    values: dict[str, t.Any], release: str, settings: Mapping[str, t.Any]
+) -> None:
     """Start slurmctld only once slurmdbd answers: an init container in its pod (a
     slurmctld started first never became ready in Slinky's reports, slurm-operator #27)."""
     wait_s = _count(
