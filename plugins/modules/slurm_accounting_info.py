@@ -14,7 +14,7 @@ description:
   - Reads what O(gather) asks for through slurmrestd and changes nothing.
   - V(jobs) are slurmdbd's job records of a period (C(sacct)), each attempt of a requeued
     job a record of its own; they are read as a stream, so a long period never sits in
-    memory whole. V(shares) is the fair-share tree slurmctld computes (C(sshare)): each
+    memory whole. V(shares) is the fair-share tree slurmctld computes (C(sshare)), with each
     account's and user's shares, raw usage and fair-share factor. V(associations),
     V(accounts), V(users) and V(qos) are slurmdbd's records as the API gives them.
   - O(users) and O(accounts) keep only the jobs and shares of those users and accounts.
@@ -84,20 +84,48 @@ jobs:
   type: list
   elements: dict
   contains:
-    job_id: {description: The job ID., type: int}
-    name: {description: The job's name., type: str}
-    user: {description: Who ran it., type: str}
-    account: {description: Its account., type: str}
-    partition: {description: Its partition., type: str}
-    qos: {description: Its QoS., type: str}
-    state: {description: Its state (C(COMPLETED), C(REQUEUED), ...)., type: str}
-    reason: {description: Why it waited or ended as it did, as slurmdbd recorded., type: str}
-    nodes: {description: Its nodes (a hostlist), empty when it never ran., type: str}
-    submit: {description: Submission time (Unix seconds)., type: int}
-    start: {description: Start time, null when it never started., type: int}
-    end: {description: End time, null while it runs., type: int}
-    elapsed_s: {description: Seconds it ran., type: int}
-    exit_code: {description: Its return code, null when unknown., type: int}
+    job_id:
+      description: The job ID.
+      type: int
+    name:
+      description: The job's name.
+      type: str
+    user:
+      description: Who ran it.
+      type: str
+    account:
+      description: Its account.
+      type: str
+    partition:
+      description: Its partition.
+      type: str
+    qos:
+      description: Its QoS.
+      type: str
+    state:
+      description: Its state (C(COMPLETED), C(REQUEUED), ...).
+      type: str
+    reason:
+      description: Why it waited or ended as it did, as slurmdbd recorded.
+      type: str
+    nodes:
+      description: Its nodes (a hostlist), empty when it never ran.
+      type: str
+    submit:
+      description: Submission time (Unix seconds).
+      type: int
+    start:
+      description: Start time, null when it never started.
+      type: int
+    end:
+      description: End time, null while it runs.
+      type: int
+    elapsed_s:
+      description: Seconds it ran.
+      type: int
+    exit_code:
+      description: Its return code, null when unknown.
+      type: int
   sample:
     - {job_id: 12, name: sim, user: alice, account: physics, partition: batch, qos: normal,
        state: COMPLETED, reason: None, nodes: slurm-0, submit: 1795838517,
@@ -108,15 +136,33 @@ shares:
   type: list
   elements: dict
   contains:
-    account: {description: The account (of a user's entry, the user's account)., type: str}
-    user: {description: The user, empty for an account's own entry., type: str}
-    parent: {description: The parent account., type: str}
-    partition: {description: The partition of a partition association, else empty., type: str}
-    raw_shares: {description: Its shares, null when unset., type: float}
-    norm_shares: {description: Its shares over its siblings'., type: float}
-    raw_usage: {description: Its decayed usage in TRES-seconds (C(RawUsage))., type: int}
-    effective_usage: {description: Its usage with its parent's., type: float}
-    fairshare: {description: Its fair-share factor (0 to 1)., type: float}
+    account:
+      description: The account (of a user's entry, the user's account).
+      type: str
+    user:
+      description: The user, empty for an account's own entry.
+      type: str
+    parent:
+      description: The parent account.
+      type: str
+    partition:
+      description: The partition of a partition association, else empty.
+      type: str
+    raw_shares:
+      description: Its shares, null when unset.
+      type: float
+    norm_shares:
+      description: Its shares over its siblings'.
+      type: float
+    raw_usage:
+      description: Its decayed usage in TRES-seconds (C(RawUsage)).
+      type: int
+    effective_usage:
+      description: Its usage with its parent's.
+      type: float
+    fairshare:
+      description: Its fair-share factor (0 to 1).
+      type: float
 associations:
   description: slurmdbd's associations, as the API gives them.
   returned: when O(gather) has V(associations)
@@ -224,12 +270,9 @@ def main() -> None:
             )
         if "shares" in gather:
             result["shares"] = read_shares(api, params["users"], params["accounts"])
-        for kind, read in (
-            ("associations", lambda: api.associations(result["cluster"])),
-            ("accounts", api.accounts),
-            ("users", api.users),
-            ("qos", api.qos),
-        ):
+        if "associations" in gather:
+            result["associations"] = api.associations(result["cluster"])
+        for kind, read in (("accounts", api.accounts), ("users", api.users), ("qos", api.qos)):
             if kind in gather:
                 result[kind] = read()
     except SlurmRestError as err:
