@@ -68,7 +68,7 @@ def test_the_claim_of_an_existing_controller_is_not_changed() -> None:
         classes,
         CONTROLLER,
     )
-    assert [p.split(":")[0] for p in problems] == [
+    assert [p.split(":", maxsplit=1)[0] for p in problems] == [
         "slurm_cluster_values.controller.persistence.storageClassName",
         "slurm_cluster_values.controller.persistence.resources.requests.storage",
     ]
