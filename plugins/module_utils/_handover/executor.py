@@ -108,6 +108,9 @@ class Outcome:
     changed: bool = False
     admin_drain: str = ""  # the reason of a drain somebody else set on its Slurm node
     condition: str = ""  # the disagreement in its evidence this handover resolves (reconcile)
+    # The loan this handover began (lent) or ended (returned): lent, reclaim, returned (Unix
+    # seconds; reclaim and returned None while it lasts), for the lending report.
+    loan: JSON | None = None
 
     def as_dict(self) -> JSON:
         return {
@@ -125,6 +128,7 @@ class Outcome:
             "warnings": list(self.warnings),
             "admin_drain": self.admin_drain,
             "condition": self.condition,
+            "loan": dict(self.loan) if self.loan else None,
         }
 
 
@@ -397,6 +401,7 @@ class Handover:
             after = transition(
                 now_journal, JournalState.LENT, outcome.op, self.clock(), self.settings.by
             )
+            outcome.loan = {"lent": after.lent_at, "reclaim": None, "returned": None}
             return node_patch(current, self.markers, journal=after)
 
         self._transition(name, lent)
@@ -726,6 +731,13 @@ class Handover:
             after = transition(before, JournalState.FREE, outcome.op, now, self.settings.by, reason)
             if reclaimed:
                 after = dataclasses.replace(after, last_reclaim=round(now, 3))
+            if before.lent_at is not None:
+                outcome.loan = {
+                    "lent": before.lent_at,
+                    # When its reclaim began: the journal's time of entering reclaiming.
+                    "reclaim": before.since if before.state == JournalState.RECLAIMING else None,
+                    "returned": round(now, 3),
+                }
             held = after.admin_drain if reclaimed else ""
             cordon = bool(held) and self.settings.policy.admin_drain == AdminDrainPolicy.CORDON
             return node_patch(

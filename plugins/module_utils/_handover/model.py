@@ -226,6 +226,9 @@ class Journal:
     # The reason of a drain somebody else set in Slurm while the node was lent; kept until
     # the node is lent again.
     admin_drain: str = ""
+    # When the node became lent (its slurmd registered); kept through its reclaim, so the
+    # loan is recorded whole when it comes back (the lending report).
+    lent_at: float | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> Journal:
@@ -253,6 +256,7 @@ class Journal:
             reason=str(data.get("reason", "")),
             by=str(data.get("by", "")),
             admin_drain=str(data.get("admin_drain", "")),
+            lent_at=number("lent_at"),
         )
 
 

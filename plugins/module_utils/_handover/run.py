@@ -30,6 +30,10 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.kube impor
     KubernetesCalls,
     lendable_nodesets_of,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.loans import (
+    loan_patches,
+    month_write,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     HandoverAction,
 )
@@ -49,6 +53,8 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
     Conflict,
     KubernetesError,
     apply_object,
+    get_object,
+    patch_object,
     write_object,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.lease import (
@@ -409,6 +415,19 @@ class HandoverRun:
             result["record_error"] = f"the run's record in the cluster: {err}"
         return result
 
+    def _record_loans(self, base: str, namespace: str) -> None:
+        """The loans this run began or ended, merged into their months' ConfigMaps."""
+        patches = loan_patches(self.handovers.values(), base, _loan_partition(self.settings.policy))
+        for (name, month), records in sorted(patches.items()):
+            existing = get_object(self.kube.client, "v1", "ConfigMap", name, namespace)
+            write = month_write(existing, name, namespace, base, month, records)
+            if write is None:
+                self.warnings.append(f"loans of {month} not recorded: {name} holds a later month")
+            elif write[0] == "create":
+                write_object(self.kube.client, write[1], create=True)
+            else:
+                patch_object(self.kube.client, "v1", "ConfigMap", name, write[1], namespace)
+
     def records(self, summary: t.Mapping[str, t.Any]) -> bool:
         """Whether the run is recorded: not in check mode, and not a run that found the
         Lease held (the holder records what happened; a second writer would hide it)."""
@@ -439,6 +458,7 @@ class HandoverRun:
             },
         }
         configmap = apply_object(self.kube.client, body, FIELD_MANAGER)
+        self._record_loans(name, namespace)
         finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(summary["finished"])))
         success = bool(summary["success"])
         event = {
@@ -465,6 +485,11 @@ class HandoverRun:
             "count": 1,
         }
         write_object(self.kube.client, event, create=True)
+
+
+def _loan_partition(policy: t.Any) -> str:
+    """The partition the lent nodes serve: the first the policy names, '' when none."""
+    return next(iter(sorted(policy.partitions)), "")
 
 
 def json_text(value: t.Any) -> str:

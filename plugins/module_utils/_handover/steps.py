@@ -92,6 +92,7 @@ def journal_text(journal: Journal) -> str:
         "last_reclaim": journal.last_reclaim,
         "idle_since": journal.idle_since,
         "admin_drain": journal.admin_drain,
+        "lent_at": journal.lent_at,
     }
     kept = {key: value for key, value in data.items() if value not in (None, "")}
     return json.dumps(kept, sort_keys=True, separators=(",", ":"))
@@ -107,7 +108,13 @@ def transition(
     deadline: float | None = None,
 ) -> Journal:
     """The journal after a transition; what outlives one handover (last reclaim, an admin's
-    drain until the node is lent again) is kept."""
+    drain until the node is lent again, when a loan began until the node is free) is kept."""
+    if state == JournalState.LENT and previous.state != JournalState.LENT:
+        lent_at: float | None = round(now, 3)
+    elif state in (JournalState.LENT, JournalState.RECLAIMING):
+        lent_at = previous.lent_at
+    else:
+        lent_at = None
     return Journal(
         state=state,
         op=op,
@@ -119,6 +126,7 @@ def transition(
         # A free node that is lent or reclaimed starts its idle time again when it is free.
         idle_since=None,
         admin_drain="" if state == JournalState.LENDING else previous.admin_drain,
+        lent_at=lent_at,
     )
 
 

@@ -198,3 +198,28 @@ def prometheus_text(rows: t.Sequence[Row], prefix: str = "hpcops_lending") -> st
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+TABLE_COLUMNS = (
+    ("partition", "PARTITION", "s"),
+    ("account", "ACCOUNT", "s"),
+    ("lent_node_hours", "LENT_NH", ".1f"),
+    ("used_node_hours", "USED_NH", ".1f"),
+    ("jobs_on_lent_nodes", "JOBS", "d"),
+    ("requeued_by_reclaim", "REQUEUED", "d"),
+    ("cancelled_by_reclaim", "CANCELLED", "d"),
+    ("lost_node_hours", "LOST_NH", ".1f"),
+)
+
+
+def table_lines(rows: t.Sequence[Row]) -> list[str]:
+    """The rows as aligned text lines under a header (the lending_report playbook's table)."""
+    cells = [[title for _field, title, _fmt in TABLE_COLUMNS]]
+    cells += [
+        [format(getattr(row, field), fmt) for field, _title, fmt in TABLE_COLUMNS] for row in rows
+    ]
+    widths = [max(len(line[index]) for line in cells) for index in range(len(TABLE_COLUMNS))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    ]

@@ -288,3 +288,38 @@ def test_the_runs_messages_name_the_settings_as_the_user_wrote_them(
     )
     error = run.execute()["error"]
     assert "handover_lease_wait_s" in error and " lease.wait_s" not in error, error
+
+
+def test_the_loans_a_run_began_or_ended_are_merged_into_their_months(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder = Recorder(monkeypatch)
+    loans = {"int02": {"lent": 1793491260.0, "reclaim": None, "returned": None}}
+    plain = run_module.hand_over
+
+    def hand_over(*args: t.Any, **kw: t.Any) -> dict[str, t.Any]:
+        handed = plain(*args, **kw)
+        for entry in handed["nodes"]:
+            entry["loan"] = loans.get(entry["node"])
+        return handed
+
+    monkeypatch.setattr(run_module, "hand_over", hand_over)
+    existing = {
+        "metadata": {"resourceVersion": "3", "labels": {"hpcops.io/loans-month": "2026-11"}}
+    }
+    monkeypatch.setattr(
+        run_module,
+        "get_object",
+        lambda _c, _v, _k, name, _ns: existing if name.endswith("-11") else None,
+    )
+    monkeypatch.setattr(
+        run_module,
+        "patch_object",
+        lambda _c, _v, kind, name, patch, namespace: recorder.calls.append(
+            ("loans", name, namespace, *sorted(patch["data"]))
+        ),
+    )
+    result = a_run("rebalance").execute()
+    assert result["recorded"] and result["error"] == ""
+    assert ("loans", "status-loans-11", "slurm", "int02.1793491260") in recorder.calls
+    assert recorder.names()[-3:] == ["record", "loans", "event"]

@@ -108,6 +108,17 @@ def test_journal_round_trips_and_keeps_last_reclaim() -> None:
     }
 
 
+def test_the_journal_keeps_when_a_loan_began_until_the_node_is_free() -> None:
+    lending = transition(Journal(), "lending", "op1", 100.0, "run-a")
+    assert lending.lent_at is None
+    lent = transition(lending, "lent", "op1", 130.25, "run-a")
+    assert lent.lent_at == 130.25
+    reclaiming = transition(lent, "reclaiming", "op2", 900.0, "run-b", "demand", 1200.0)
+    assert Journal.parse(journal_text(reclaiming)).lent_at == 130.25
+    assert json.loads(journal_text(reclaiming))["lent_at"] == 130.25
+    assert transition(reclaiming, "free", "op2", 950.0, "run-b").lent_at is None
+
+
 def test_patch_carries_the_resource_version_and_keeps_other_taints() -> None:
     foreign = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
     node = k8s_node(taints=[foreign])

@@ -11,6 +11,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.lending imp
     Loan,
     job_from_api,
     prometheus_text,
+    table_lines,
 )
 
 H = 3600.0
@@ -117,3 +118,18 @@ def test_jobs_read_from_slurmdbd() -> None:
     )
     never = job_from_api(NEVER_RAN)
     assert never.nodes == () and never.start is None and never.state == "CANCELLED"
+
+
+def test_the_table_has_a_header_and_one_aligned_line_per_row() -> None:
+    built = LendingReport(0.0, 24 * H, LOANS)
+    built.add_job(Job(7, "backfill", "physics", ("int01",), 3 * H, 5 * H, "COMPLETED"))
+    lines = table_lines(built.table())
+    assert lines[0].split() == [
+        "PARTITION", "ACCOUNT", "LENT_NH", "USED_NH", "JOBS", "REQUEUED", "CANCELLED", "LOST_NH",
+    ]  # fmt: skip
+    assert [line.split() for line in lines[1:]] == [
+        ["backfill", "*", "12.0", "0.0", "0", "0", "0", "0.0"],
+        ["backfill", "physics", "0.0", "2.0", "1", "0", "0", "0.0"],
+    ]
+    starts = {line.index(line.split()[1], len(line.split()[0])) for line in lines}
+    assert starts == {len("PARTITION") + 2}, "the account column starts at one place"
