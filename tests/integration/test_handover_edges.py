@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from ansible_runner import LAB_INVENTORY, run_playbook
-from handover_pool import FAULT_EXIT, MERGE, PLAYBOOKS, POLICY, Pool
+from handover_pool import FAULT_EXIT, JOURNAL, MERGE, PLAYBOOKS, POLICY, Pool
 from k8s_lab import NODES
 from slurm_pods import REST_ADDRESS
 from toolbox import wait_until
@@ -645,6 +645,35 @@ def test_the_report_knows_the_pool_when_slurmrestd_goes_away_after_the_lend(
     assert not [w for w in got["warnings"] if "could not be read" in w], got["warnings"]
     configmap = pool.lab.get(f"/api/v1/namespaces/{NS}/configmaps/{STATUS_CONFIGMAP}")
     assert "1 lent" in configmap["data"]["summary"].split("(pool: ", 1)[1]
+
+
+def test_a_loan_is_recorded_when_lent_and_again_whole_when_given_back(clean_pool: Pool) -> None:
+    """The lending report's loans: the lend writes int01's key in the ConfigMap of the
+    month it began, with the time the journal says it became lent; the reclaim writes it
+    again with when its reclaim began and when it came back."""
+    pool = clean_pool
+    lent = pool.playbook("lend", handover_nodes=["int01"])
+    assert not lent.failed, lent.failures()
+    journal = json.loads(pool.lab.get("/api/v1/nodes/int01")["metadata"]["annotations"][JOURNAL])
+    assert journal["state"] == "lent" and journal["lent_at"] == journal["since"]
+    month = time.strftime("%m", time.gmtime(journal["lent_at"]))
+    path = f"/api/v1/namespaces/{NS}/configmaps/{STATUS_CONFIGMAP}-loans-{month}"
+    key = f"int01.{int(journal['lent_at'])}"
+    record = json.loads(pool.lab.get(path)["data"][key])
+    assert record == {
+        "node": "int01", "partition": "backfill", "lent": journal["lent_at"],
+        "reclaim": None, "returned": None,
+    }  # fmt: skip
+    back = pool.playbook("reclaim", handover_nodes=["int01"])
+    assert not back.failed, back.failures()
+    configmap = pool.lab.get(path)
+    record = json.loads(configmap["data"][key])
+    assert journal["lent_at"] < record["reclaim"] <= record["returned"], record
+    assert configmap["metadata"]["labels"]["hpcops.io/loans-month"] == time.strftime(
+        "%Y-%m", time.gmtime(journal["lent_at"])
+    )
+    freed = json.loads(pool.lab.get("/api/v1/nodes/int01")["metadata"]["annotations"][JOURNAL])
+    assert "lent_at" not in freed and freed["state"] == "free"
 
 
 # -- orphans and intruders ---------------------------------------------------------------

@@ -346,6 +346,10 @@ ACCESS = [
     ("patch", "", "configmaps", NS, STATUS, True),
     ("patch", "", "configmaps", NS, "slurm-config", False),
     ("delete", "", "configmaps", NS, STATUS, False),
+    # The loans, one ConfigMap per calendar month (the lending report); no thirteenth.
+    ("get", "", "configmaps", NS, f"{STATUS}-loans-01", True),
+    ("patch", "", "configmaps", NS, f"{STATUS}-loans-12", True),
+    ("patch", "", "configmaps", NS, f"{STATUS}-loans-13", False),
     # The runs' Token, to ask for a new JWT when its renewal has stopped; no other Token.
     ("get", "slinky.slurm.net", "tokens", NS, NAME, True),
     ("patch", "slinky.slurm.net", "tokens", NS, NAME, True),
