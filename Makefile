@@ -230,6 +230,7 @@ record-slurm-fixtures: deps
 benchmarks: setup
 	$(BIN)/python benchmarks/slurm_info_scale.py
 	$(BIN)/python benchmarks/accounting_apply.py
+	$(BIN)/python benchmarks/lending_report.py
 	$(BIN)/python benchmarks/handover_plan_scale.py
 	$(BIN)/python benchmarks/handover_demand_read.py
 	$(BIN)/python benchmarks/handover_trace.py
