@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -368,6 +369,30 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_pat
     assert run.rc == 0 and run.summary["returned"] == [second], succeeded(run)
     given_back(second, "notebook-2")
     assert "PENDING" in job(job_id)["job_state"]
+
+    # What the two loans gave Slurm, from the loans the runs recorded and slurmdbd's jobs:
+    # the job's hours on the lent workers, and its attempts the reclaims requeued.
+    textfile = tmp_path / "lending.prom"
+    run = playbook("lending_report", tmp_path, handover_lending_report_textfile=str(textfile))
+    assert run.rc == 0, succeeded(run)
+    figures = prometheus_figures(textfile.read_text())
+    print(f"lending report: {figures}")
+    assert figures[("lent_node_hours", PARTITION, "*")] > 0, figures
+    assert figures[("jobs_on_lent_nodes", PARTITION, "physics")] >= 1, figures
+    assert figures[("used_node_hours", PARTITION, "physics")] > 0, figures
+    assert figures[("requeued_by_reclaim", PARTITION, "physics")] >= 1, figures
+
+
+def prometheus_figures(text: str) -> dict[tuple[str, str, str], float]:
+    """(metric without its prefix, partition, account) -> value, from the report's text."""
+    figures = {}
+    for line in text.splitlines():
+        match = re.match(
+            r'hpcops_lending_(\w+)\{partition="([^"]*)",account="([^"]*)"\} (\S+)$', line
+        )
+        if match:
+            figures[match.group(1), match.group(2), match.group(3)] = float(match.group(4))
+    return figures
 
 
 def stopped_and_resumed(
