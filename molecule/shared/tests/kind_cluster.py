@@ -45,8 +45,10 @@ def configured() -> bool:
     return bool(SLURMRESTD and TOKEN_SECRET)
 
 
-def kubectl(*args: str) -> str:
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, check=True).stdout
+def kubectl(*args: str, input_text: str | None = None) -> str:
+    return subprocess.run(
+        ["kubectl", *args], capture_output=True, text=True, check=True, input=input_text
+    ).stdout
 
 
 def kubectl_json(*args: str) -> Any:
@@ -58,9 +60,12 @@ def token() -> str:
     return base64.b64decode(secret["data"]["auth-token"]).decode()
 
 
-def slurmrestd(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def slurmrestd(
+    method: str, path: str, body: dict[str, Any] | None = None, *, plugin: str = "slurm"
+) -> dict[str, Any]:
+    """A request to slurmctld's API (plugin `slurm`) or slurmdbd's (`slurmdb`)."""
     request = urllib.request.Request(  # noqa: S310 - the scenario's own slurmrestd
-        f"{SLURMRESTD}/slurm/{API}/{path}",
+        f"{SLURMRESTD}/{plugin}/{API}/{path}",
         data=json.dumps(body).encode() if body is not None else None,
         method=method,
         headers={

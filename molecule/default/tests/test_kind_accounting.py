@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Accounting faults on real kubelets: slurmdbd given a wrong database password.
+
+site.yml with a password Secret that is not the database user's: the operator rolls
+slurmdbd, slurmdbd cannot log in, and the run stops naming the Secret and the fix. Meanwhile
+slurmctld keeps the cluster: a job submitted while slurmdbd is away runs and ends, and once
+site.yml runs again with the right Secret slurmdbd comes back and records it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kind_cluster import (
+    INVENTORY,
+    NAMESPACE,
+    REPO,
+    configured,
+    kubectl,
+    kubectl_json,
+    slurmrestd,
+    submit,
+    wait,
+    wait_for_state,
+)
+
+PARTITION = "batch"
+WRONG_SECRET = "molecule-wrong-db-password"
+
+pytestmark = pytest.mark.skipif(
+    not configured(), reason="run by molecule verify (molecule/shared/verify_kind.yml)"
+)
+
+
+def site(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
+    """site.yml for the Slurm cluster alone, as a user reruns it after a change."""
+    extra_file = tmp_path / f"extra-{len(list(tmp_path.iterdir()))}.json"
+    extra_file.write_text(json.dumps({"slinky_components": ["slurm_cluster"], **extra}))
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY),
+         "--limit", "slinky_controller", str(REPO / "playbooks" / "site.yml"),
+         "-e", f"@{extra_file}"],
+        capture_output=True, text=True, timeout=900, check=False,
+        env=dict(os.environ, ANSIBLE_NOCOLOR="true"),
+    )  # fmt: skip
+
+
+def slurmdbd_ready() -> bool:
+    pods = kubectl_json("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=slurmdbd")
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for pod in pods["items"]
+        for c in pod["status"].get("conditions") or []
+    )
+
+
+def test_a_wrong_database_password_is_named_and_no_job_is_lost(tmp_path: Path) -> None:
+    wrong = base64.b64encode(b"not-the-database-password").decode()
+    kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": WRONG_SECRET, "namespace": NAMESPACE},
+        "data": {"password": wrong},
+    }))  # fmt: skip
+    try:
+        broken = site(
+            tmp_path,
+            slurm_cluster_accounting_database={"password_secret": {"name": WRONG_SECRET}},
+            slurm_cluster_wait_timeout_s=90,
+        )
+        out = broken.stdout
+        assert broken.returncode != 0, out[-3000:]
+        assert "The database refuses slurmdbd's login" in out and WRONG_SECRET in out, out[-3000:]
+        assert "not-the-database-password" not in out, "the password in the output"
+        assert not slurmdbd_ready()
+        # slurmctld runs on without slurmdbd: a job submitted now runs and ends.
+        job_id = submit("hpcops-dbd-away", "#!/bin/sh\nsleep 2\n", partition=PARTITION)
+        assert "COMPLETED" in wait_for_state(job_id, {"COMPLETED", "FAILED"}, 120)["job_state"]
+    finally:
+        fixed = site(tmp_path)
+        kubectl("delete", "secret", "-n", NAMESPACE, WRONG_SECRET, "--ignore-not-found")
+    assert fixed.returncode == 0, fixed.stdout[-3000:]
+    assert slurmdbd_ready()
+
+    # slurmctld hands slurmdbd what it kept: the job's record arrives.
+    def recorded() -> list[dict[str, Any]]:
+        return slurmrestd("GET", f"job/{job_id}", plugin="slurmdb").get("jobs") or []
+
+    (record,) = wait(recorded, 120, f"slurmdbd to record job {job_id}")
+    assert record["state"]["current"] == ["COMPLETED"], record["state"]
