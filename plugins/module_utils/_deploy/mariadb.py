@@ -38,7 +38,8 @@ class MariadbConfigError(ValueError):
 
 
 def my_cnf(config: Mapping[str, t.Any]) -> str:
-    """The [mariadb] section of my.cnf; a key set to null is left out, true is a bare flag."""
+    """The [mariadb] section of my.cnf; a key set to null is left out, true is a bare flag
+    and false OFF (YAML reads an unquoted OFF as false)."""
     lines = ["[mariadb]"]
     for key, value in config.items():
         if not CNF_KEY_RE.match(str(key)):
@@ -47,10 +48,12 @@ def my_cnf(config: Mapping[str, t.Any]) -> str:
                 "is not a my.cnf option name",
                 "use letters, digits, - and _",
             )
-        if value is None or value is False:
+        if value is None:
             continue
         if value is True:
             lines.append(str(key))
+        elif value is False:
+            lines.append(f"{key}=OFF")
         elif isinstance(value, (str, int, float)) and "\n" not in str(value):
             lines.append(f"{key}={value}")
         else:

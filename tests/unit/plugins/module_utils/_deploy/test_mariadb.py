@@ -86,8 +86,8 @@ def test_bad_settings_name_the_variable_and_the_fix(
         mariadb_resource({**SETTINGS, **override})
 
 
-def test_my_cnf_leaves_out_what_is_unset() -> None:
-    assert my_cnf({"a": None, "b": False, "c": "x"}) == "[mariadb]\nc=x\n"
+def test_my_cnf_leaves_out_what_is_unset_and_writes_false_as_off() -> None:
+    assert my_cnf({"a": None, "b": False, "c": "x"}) == "[mariadb]\nb=OFF\nc=x\n"
 
 
 def test_a_claim_without_class_needs_a_default_one() -> None:
