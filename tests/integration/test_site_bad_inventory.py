@@ -255,6 +255,18 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "no Secret mariadb-password with the key password",
     ),
     (
+        "mariadb-name-not-a-service-name",
+        {"slinky_components": ["mariadb", "slurm_cluster"], "mariadb_name": "Slurm_DB"},
+        "mariadb_name",
+        "use lower-case letters, digits and -",
+    ),
+    (
+        "mariadb-storage-without-a-size",
+        {"slinky_components": ["mariadb", "slurm_cluster"], "mariadb_storage": {"size": "big"}},
+        "mariadb_storage.size",
+        "give one such as 16Gi",
+    ),
+    (
         "chart-source-two-forms",
         {
             "slurm_cluster_chart": {
