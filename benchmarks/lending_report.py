@@ -5,7 +5,7 @@
 
 On the Slurm 26.05 lab (slurmdbd on MariaDB, slurmrestd serving /slurmdb/): one real job
 is run and accounted, then slurmdbd's job table is given `--jobs` copies of its record,
-spread over 30 days across the lab's three nodes (one in 20 requeued, one in 50 cancelled),
+spread over 30 days across the lab's three nodes (one in 7 requeued, one in 11 cancelled),
 so slurmrestd sends a month of a busy cluster. A fresh Python process then does what the
 lending_report module does after it has read the loans (`--loans` loans of the three
 nodes over the month, as the handover runs record them): it streams the month's jobs from
@@ -31,8 +31,9 @@ from slurm_lab import ACCT_DB, IN_RUN, LAB_ACCOUNT, STATIC_NODES, SlurmLab  # no
 
 FIRST_COPY = 10_000_000  # job IDs of the copies, far above the lab's own
 DAY = 86400
-# slurmdbd's job states (slurm.h): COMPLETE, CANCELLED; and the flag of a requeued attempt.
-COMPLETE, CANCELLED, REQUEUE_FLAG = 3, 4, 0x0400
+# slurmdbd's job states (slurm.h): PENDING, COMPLETE, CANCELLED; and the flag of an attempt
+# a requeue ended (recorded as PENDING with it: measured).
+PENDING, COMPLETE, CANCELLED, REQUEUE_FLAG = 0, 3, 4, 0x0400
 
 # What the module runs once it has the loans, in a process of its own (its peak memory).
 DRIVER = """
@@ -69,6 +70,7 @@ print(json.dumps({
     "api_version": client.api_version,
     "used_node_hours": sum(row.used_node_hours for row in rows),
     "requeued": sum(row.requeued_by_reclaim for row in rows),
+    "cancelled": sum(row.cancelled_by_reclaim for row in rows),
 }))
 """
 
@@ -120,7 +122,7 @@ def copy_jobs(lab: SlurmLab, template: int, count: int, start: int) -> None:
         "time_end": f"{start} + seq * {step} + 60 + (seq * 7919) % 14400",
         "nodelist": node_of,
         "nodes_alloc": "1",
-        "state": f"IF(seq % 20 = 0, {COMPLETE} | {REQUEUE_FLAG}, IF(seq % 50 = 0, {CANCELLED}, {COMPLETE}))",
+        "state": f"IF(seq % 7 = 0, {PENDING} | {REQUEUE_FLAG}, IF(seq % 11 = 0, {CANCELLED}, {COMPLETE}))",
     }
     kept = [column for column in columns if replaced.get(column, "") is not None]
     select = ", ".join(replaced.get(column) or f"t.`{column}`" for column in kept)
@@ -158,7 +160,10 @@ def main() -> None:
     lab = SlurmLab("26.05")
     started_here = not lab.is_healthy()
     table_name = f"{lab.release.cluster}_job_table"
-    rows = [["jobs", "loans", "API", "seconds", "peak MiB", "requests", "used NH", "requeued"]]
+    rows = [
+        ["jobs", "loans", "API", "seconds", "peak MiB", "requests", "used NH", "requeued",
+         "cancelled"]
+    ]  # fmt: skip
     try:
         lab.up()
         template = accounted_job(lab)
@@ -191,7 +196,7 @@ def main() -> None:
         rows.append(
             [str(got["jobs"]), str(args.loans), got["api_version"], figure(got["seconds"]),
              figure(got["peak_mib"], 1), str(got["requests"]), figure(got["used_node_hours"], 1),
-             str(got["requeued"])]
+             str(got["requeued"]), str(got["cancelled"])]
         )  # fmt: skip
     finally:
         sql(lab, f"DELETE FROM {table_name} WHERE id_job > {FIRST_COPY};")  # noqa: S608

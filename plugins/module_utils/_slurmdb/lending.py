@@ -18,6 +18,7 @@ import typing as t
 from dataclasses import dataclass, field
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import expand_hostlists
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.reads import job_state
 
 # A job that ended in one of these on a node under reclaim was ended by the reclaim.
 REQUEUED = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
@@ -142,7 +143,6 @@ def job_from_api(raw: t.Mapping[str, t.Any]) -> Job:
     """A job as /slurmdb/ returns it (v0.0.41 to v0.0.45 agree on these fields); an attempt
     of a requeued job (show_duplicates) is a job of its own, ended REQUEUED."""
     times = raw.get("time") or {}
-    states = (raw.get("state") or {}).get("current") or ["UNKNOWN"]
     nodes = str(raw.get("nodes") or "")
     return Job(
         job_id=int(raw.get("job_id") or 0),
@@ -153,7 +153,7 @@ def job_from_api(raw: t.Mapping[str, t.Any]) -> Job:
         else (),
         start=_moment(times.get("start")),
         end=_moment(times.get("end")),
-        state=str(states[0]).upper(),
+        state=job_state(raw),
     )
 
 

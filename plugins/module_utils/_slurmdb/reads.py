@@ -36,6 +36,15 @@ def moment(value: t.Any) -> int | None:
     return int(found)
 
 
+def job_state(raw: t.Mapping[str, t.Any]) -> str:
+    """The state sacct shows: an attempt a requeue ended is REQUEUED, though slurmdbd's
+    answer lists it as ['PENDING', 'REQUEUED'] (measured, Slurm 26.05, v0.0.44)."""
+    states = [str(state).upper() for state in (raw.get("state") or {}).get("current") or []]
+    if "REQUEUED" in states:
+        return "REQUEUED"
+    return states[0] if states else "UNKNOWN"
+
+
 def job_record(raw: t.Mapping[str, t.Any]) -> JSON:
     """An accounted job (one attempt of it), as sacct shows it."""
     times = raw.get("time") or {}
@@ -49,7 +58,7 @@ def job_record(raw: t.Mapping[str, t.Any]) -> JSON:
         "account": str(raw.get("account") or ""),
         "partition": str(raw.get("partition") or ""),
         "qos": str(raw.get("qos") or ""),
-        "state": str(((raw.get("state") or {}).get("current") or ["UNKNOWN"])[0]).upper(),
+        "state": job_state(raw),
         "reason": str((raw.get("state") or {}).get("reason") or ""),
         "nodes": "" if nodes == "None assigned" else nodes,
         "submit": moment(times.get("submission")),

@@ -112,6 +112,22 @@ NEVER_RAN = {
 }
 
 
+# The attempt a requeue ended, as slurmdbd answered (Slurm 26.05 lab, v0.0.44; sacct shows
+# it REQUEUED, from 05:29:24 to 05:29:27 on cpu01).
+REQUEUED_ATTEMPT = {
+    "job_id": 4,
+    "partition": "batch",
+    "account": "lab",
+    "nodes": "cpu01",
+    "state": {"current": ["PENDING", "REQUEUED"], "reason": "None"},
+    "time": {"start": 1795843764, "end": 1795843767, "elapsed": 3},
+}
+
+
+def test_an_attempt_a_requeue_ended_is_requeued_as_sacct_says() -> None:
+    assert job_from_api(REQUEUED_ATTEMPT).state == "REQUEUED"
+
+
 def test_jobs_read_from_slurmdbd() -> None:
     assert job_from_api(RECORDED_JOB) == Job(
         14, "batch", "lab", ("cpu01", "cpu02"), 1795829381.0, 1795829383.0, "COMPLETED"
