@@ -74,7 +74,7 @@ def test_a_wrong_database_password_is_named_and_no_job_is_lost(tmp_path: Path) -
             slurm_cluster_accounting_database={"password_secret": {"name": WRONG_SECRET}},
             slurm_cluster_wait_timeout_s=90,
         )
-        out = broken.stdout
+        out = broken.stdout + broken.stderr  # ansible-core 2.19 writes errors to stderr
         assert broken.returncode != 0, out[-3000:]
         assert "The database refuses slurmdbd's login" in out and WRONG_SECRET in out, out[-3000:]
         assert "not-the-database-password" not in out, "the password in the output"
@@ -85,7 +85,7 @@ def test_a_wrong_database_password_is_named_and_no_job_is_lost(tmp_path: Path) -
     finally:
         fixed = site(tmp_path)
         kubectl("delete", "secret", "-n", NAMESPACE, WRONG_SECRET, "--ignore-not-found")
-    assert fixed.returncode == 0, fixed.stdout[-3000:]
+    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
     assert slurmdbd_ready()
 
     # slurmctld hands slurmdbd what it kept: the job's record arrives.
