@@ -260,12 +260,12 @@ attention:
 
 import os
 import socket
-import tempfile
 import typing as t
 from urllib.parse import quote
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._files import write_whole
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.batch import (
     HANDOVER_WORK_SPEC,
     check_numbers,
@@ -318,16 +318,6 @@ REPORT_SPEC = {
     "pushgateway_url": {"type": "str"},
 }
 PUSH_JOB = "hpcops_slinky_handover"
-
-
-def write_file(module: t.Any, path: str, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a reader never sees half a file)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".hpcops-")
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    os.chmod(temporary, 0o644)
-    module.atomic_move(temporary, path)
 
 
 def push_metrics(url: str, cluster: str, metrics: str) -> None:
@@ -439,10 +429,10 @@ def write_outputs(
         written = result["summary"]
     try:
         if report.get("summary_path") and not module.check_mode:
-            write_file(module, report["summary_path"], json_text(written) + "\n")
+            write_whole(module, report["summary_path"], json_text(written) + "\n")
         if result.get("recorded"):
             if report.get("metrics_textfile_path"):
-                write_file(module, report["metrics_textfile_path"], result["metrics"])
+                write_whole(module, report["metrics_textfile_path"], result["metrics"])
             if report.get("pushgateway_url"):
                 # Grouped by cluster in the URL, not by a label in each sample.
                 push_metrics(

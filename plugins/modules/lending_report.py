@@ -135,12 +135,10 @@ requests:
 """
 
 import dataclasses
-import os
-import tempfile
 import time
-import typing as t
 from datetime import UTC, datetime
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._files import write_whole
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.loans import (
     LOANS_LABEL,
     loans_of,
@@ -191,16 +189,6 @@ def moment(value: str, option: str) -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
-
-
-def write_file(module: t.Any, path: str, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a reader never sees half a file)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".hpcops-")
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    os.chmod(temporary, 0o644)
-    module.atomic_move(temporary, path)
 
 
 def main() -> None:
@@ -272,7 +260,7 @@ def main() -> None:
         requests=api.requests,
     )
     if params["textfile"] and not module.check_mode:
-        write_file(module, params["textfile"], result["prometheus"])
+        write_whole(module, params["textfile"], result["prometheus"])
     module.exit_json(**result)
 
 
