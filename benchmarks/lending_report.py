@@ -38,9 +38,8 @@ PENDING, COMPLETE, CANCELLED, REQUEUE_FLAG = 0, 3, 4, 0x0400
 # What the module runs once it has the loans, in a process of its own (its peak memory).
 DRIVER = """
 import json, resource, sys, time
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import RESTART
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import SlurmRestClient
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import Connection
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
+    Connection, SlurmRestClient)
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.api import SlurmdbApi
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.lending import (
     LendingReport, Loan, job_from_api)
@@ -50,22 +49,16 @@ loans = [Loan(**loan) for loan in spec["loans"]]
 client = SlurmRestClient(Connection(url=spec["url"], token=spec["token"], user="root", timeout=600.0))
 api = SlurmdbApi(client)
 began = time.perf_counter()
-state = {"report": LendingReport(spec["start"], spec["end"], loans), "jobs": 0}
-
-def each(raw):
-    if raw is RESTART:
-        state["report"] = LendingReport(spec["start"], spec["end"], loans)
-        state["jobs"] = 0
-        return
-    state["jobs"] += 1
-    state["report"].add_job(job_from_api(raw))
-
-api.jobs(spec["start"], spec["end"], spec["now"], each)
-rows = state["report"].table()
+report, jobs = api.fold_jobs(  # as the lending_report module sums them
+    spec["start"], spec["end"], spec["now"],
+    lambda: LendingReport(spec["start"], spec["end"], loans),
+    lambda sums, raw: sums.add_job(job_from_api(raw)),
+)
+rows = report.table()
 print(json.dumps({
     "seconds": time.perf_counter() - began,
     "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    "jobs": state["jobs"],
+    "jobs": jobs,
     "requests": api.requests,
     "api_version": client.api_version,
     "used_node_hours": sum(row.used_node_hours for row in rows),

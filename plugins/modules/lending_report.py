@@ -155,7 +155,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import
     token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
-    RESTART,
     SlurmRestError,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.api import SlurmdbApi
@@ -233,22 +232,17 @@ def main() -> None:
     ]
     client = slurm_client(module, token_source_from_params(module))
     api = SlurmdbApi(client)
-    report = LendingReport(start, end, during)
-    jobs_read = 0
-
-    def each(raw: JSON) -> None:
-        nonlocal report, jobs_read
-        if raw is RESTART:  # a retry sends the list again from its first job
-            report = LendingReport(start, end, during)
-            jobs_read = 0
-            return
-        jobs_read += 1
-        report.add_job(job_from_api(raw))
-
     result: JSON = {"changed": False, "start": start, "end": end, "loans": len(during)}
+    report, jobs_read = LendingReport(start, end, during), 0
     try:
         if during:  # no loan: nothing to sum, slurmdbd need not send a job
-            api.jobs(start, end, now, each)
+            report, jobs_read = api.fold_jobs(
+                start,
+                end,
+                now,
+                lambda: LendingReport(start, end, during),
+                lambda sums, raw: sums.add_job(job_from_api(raw)),
+            )
     except SlurmRestError as err:
         fail_with(module, accounting_error(err), **result)
     rows = report.table()

@@ -199,7 +199,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.module import
     token_source_from_params,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
-    RESTART,
     SlurmRestError,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.api import (
@@ -220,27 +219,14 @@ GATHER = ["jobs", "shares", "associations", "accounts", "users", "qos"]
 
 
 def read_jobs(api: SlurmdbApi, since_s: int, users: list[str], accounts: list[str]) -> list[JSON]:
-    jobs: list[JSON] = []
-
-    def each(raw: JSON) -> None:
-        if raw is RESTART:  # a retry sends the list again from its first job
-            jobs.clear()
-            return
+    def add(jobs: list[JSON], raw: JSON) -> None:
         record = job_record(raw)
         if wanted(record, users, accounts):
             jobs.append(record)
 
     now = time.time()
-    api.jobs(now - since_s, now, now, each)
+    jobs, _count = api.fold_jobs(now - since_s, now, now, list, add)
     return sorted(jobs, key=lambda job: (job["submit"] or 0, job["job_id"]))
-
-
-def read_shares(api: SlurmdbApi, users: list[str], accounts: list[str]) -> list[JSON]:
-    """sshare's tree from slurmctld (/slurm/, not /slurmdb/): the usage it decays."""
-    api.requests += 1
-    body = api.client.request("GET", f"/slurm/{api.client.api_version}/shares")
-    records = [share_record(raw) for raw in (body.get("shares") or {}).get("shares") or []]
-    return [record for record in records if wanted(record, users, accounts)]
 
 
 def main() -> None:
@@ -269,7 +255,8 @@ def main() -> None:
                 api, params["jobs_since_s"], params["users"], params["accounts"]
             )
         if "shares" in gather:
-            result["shares"] = read_shares(api, params["users"], params["accounts"])
+            shares = [share_record(raw) for raw in api.shares()]
+            result["shares"] = [s for s in shares if wanted(s, params["users"], params["accounts"])]
         if "associations" in gather:
             result["associations"] = api.associations(result["cluster"])
         for kind, read in (("accounts", api.accounts), ("users", api.users), ("qos", api.qos)):

@@ -17,6 +17,7 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.storage import (
     storage_class_problems,
 )
@@ -72,16 +73,6 @@ def _secret_ref(value: t.Any, variable: str) -> dict[str, t.Any]:
         )
     # generate: the operator writes a random password unless the Secret holds one already.
     return {"name": str(value["name"]), "key": str(value["key"]), "generate": True}
-
-
-def _merge(base: Mapping[str, t.Any], override: Mapping[str, t.Any]) -> dict[str, t.Any]:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def mariadb_resource(settings: Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -159,7 +150,7 @@ def mariadb_resource(settings: Mapping[str, t.Any]) -> dict[str, t.Any]:
             "namespace": str(settings.get("namespace") or "slurm"),
             "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
         },
-        "spec": _merge(spec, overrides),
+        "spec": merged(spec, overrides),
     }
 
 

@@ -19,6 +19,7 @@ import typing as t
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_release import (
     ReleaseError,
     release_line,
@@ -293,17 +294,6 @@ def _mapping(value: t.Any, variable: str) -> Mapping[str, t.Any]:
             "write it as key: value pairs",
         )
     return value
-
-
-def _merge(base: Mapping[str, t.Any], override: Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """Recursive merge, as Ansible's combine(recursive=True): override wins, lists replace."""
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 @dataclass(frozen=True)
@@ -1123,8 +1113,8 @@ def _nodeset_values(
         pod_spec["tolerations"] = [
             {"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}
         ]
-    nodeset = _merge(
-        _merge(line.nodeset_base, nodeset_defaults),
+    nodeset = merged(
+        merged(line.nodeset_base, nodeset_defaults),
         {
             "enabled": True,
             "scalingMode": plan.scaling_mode,
@@ -1147,7 +1137,7 @@ def _nodeset_values(
     if plan.name in scaled:
         # KEDA owns the count from here; Helm leaves a field it did not change alone.
         nodeset["replicas"] = scaled[plan.name]["min_replicas"]
-    nodeset = _merge(
+    nodeset = merged(
         nodeset, _mapping(pool.get("values"), f"slurm_cluster_pools.{plan.pool}.values")
     )
     nodeset["extraConfMap"] = _conf_map(_mapping(nodeset.get("extraConfMap"), ""))
@@ -1307,8 +1297,8 @@ def build_values(
             "login": {"image": image("login")},
             "initconf": {"image": logfile_image},
         }
-    values = _merge(line.chart_defaults_off, values)
-    values = _merge(values, _mapping(settings.get("values"), "slurm_cluster_values"))
+    values = merged(line.chart_defaults_off, values)
+    values = merged(values, _mapping(settings.get("values"), "slurm_cluster_values"))
     _check_nodeset_keys(line, settings, values)
     if accounting and not values["accounting"].get("external"):
         _wait_for_slurmdbd(values, str(settings.get("release") or CHART_NAME), settings)

@@ -13,11 +13,13 @@ import typing as t
 from urllib.parse import quote
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
+    RESTART,
     SlurmRequestError,
     SlurmRestClient,
 )
 
 JSON = dict[str, t.Any]
+Acc = t.TypeVar("Acc")
 
 
 class SlurmdbApi:
@@ -61,6 +63,35 @@ class SlurmdbApi:
         }
         self.requests += 1
         self.client.request("GET", self._path("jobs/"), query=query, stream=("jobs", each))
+
+    def fold_jobs(
+        self,
+        start: float,
+        end: float,
+        now: float,
+        new: t.Callable[[], Acc],
+        add: t.Callable[[Acc, JSON], None],
+    ) -> tuple[Acc, int]:
+        """The jobs of [start, end] added one at a time to what `new` makes, and how many
+        there were; a retry that sends the list again starts over from a new one."""
+        accs = [new()]
+        counts = [0]
+
+        def each(raw: JSON) -> None:
+            if raw is RESTART:
+                accs[0], counts[0] = new(), 0
+                return
+            counts[0] += 1
+            add(accs[0], raw)
+
+        self.jobs(start, end, now, each)
+        return accs[0], counts[0]
+
+    def shares(self) -> list[JSON]:
+        """The fair-share tree, as sshare reads it: from slurmctld (/slurm/, not /slurmdb/)."""
+        self.requests += 1
+        body = self.client.request("GET", f"/slurm/{self.client.api_version}/shares")
+        return list((body.get("shares") or {}).get("shares") or [])
 
     def qos(self) -> list[JSON]:
         return list(self._call("GET", "qos/").get("qos") or [])

@@ -18,7 +18,10 @@ import typing as t
 from dataclasses import dataclass, field
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.query import expand_hostlists
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.reads import job_state
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurmdb.reads import (
+    job_state,
+    moment,
+)
 
 # A job that ended in one of these on a node under reclaim was ended by the reclaim.
 REQUEUED = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
@@ -151,23 +154,14 @@ def job_from_api(raw: t.Mapping[str, t.Any]) -> Job:
         nodes=tuple(expand_hostlists([nodes], "job nodes"))
         if nodes and nodes != "None assigned"
         else (),
-        start=_moment(times.get("start")),
-        end=_moment(times.get("end")),
+        start=_seconds(moment(times.get("start"))),
+        end=_seconds(moment(times.get("end"))),
         state=job_state(raw),
     )
 
 
-# A job that never started has start 4294967294 (NO_VAL) in slurmdbd's answer (measured,
-# 26.05), one still running end 0.
-NO_VAL = 0xFFFFFFFE
-
-
-def _moment(value: t.Any) -> float | None:
-    if isinstance(value, dict):  # {set, infinite, number} in some versions
-        value = value.get("number") if value.get("set") and not value.get("infinite") else None
-    if not value or int(value) >= NO_VAL:
-        return None
-    return float(value)
+def _seconds(when: int | None) -> float | None:
+    return None if when is None else float(when)
 
 
 METRICS = (

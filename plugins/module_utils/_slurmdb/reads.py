@@ -13,7 +13,8 @@ from __future__ import annotations
 import typing as t
 
 JSON = dict[str, t.Any]
-# A time slurmdbd never set (a job that never started): NO_VAL (measured, 26.05).
+# A time slurmdbd never set: a job that never started has start NO_VAL, one still running
+# end 0 (measured, 26.05).
 NO_VAL = 0xFFFFFFFE
 
 

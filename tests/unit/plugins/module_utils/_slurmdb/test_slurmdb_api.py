@@ -11,6 +11,7 @@ import pytest
 from fake_slurmrestd import FIXTURES, FakeSlurmRestd
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
+    RESTART,
     Connection,
     SlurmRequestError,
     SlurmRestClient,
@@ -77,6 +78,19 @@ def test_jobs_of_a_period_arrive_one_at_a_time() -> None:
         "show_duplicates": ["true"],
         "skip_steps": ["true"],
     }
+
+
+def test_a_fold_of_the_jobs_starts_over_when_a_retry_sends_them_again() -> None:
+    fake = FakeSlurmRestd("26.05")
+    api = api_for(fake)
+
+    def jobs(_start: float, _end: float, _now: float, each: t.Callable[[t.Any], None]) -> None:
+        for raw in ({"job_id": 1}, {"job_id": 2}, RESTART, {"job_id": 1}, {"job_id": 2}):
+            each(raw)
+
+    api.jobs = jobs  # type: ignore[method-assign]  # the stream's retry, as the client signals it
+    ids, count = api.fold_jobs(0.0, 1.0, 1.0, list, lambda acc, raw: acc.append(raw["job_id"]))
+    assert (ids, count) == ([1, 2], 2)
 
 
 def test_the_cluster_is_the_one_slurmdbd_keeps_or_the_one_named() -> None:
