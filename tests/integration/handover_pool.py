@@ -108,9 +108,17 @@ class Pool:
             "/api/v1/namespaces/default/events"
             f"?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3D{name}"
         )["items"]
+        # creationTimestamp has whole seconds: two Events of one step share it, and etcd's
+        # revision (never updated here) orders them as they were written.
         return [
             e["reason"]
-            for e in sorted(items, key=lambda e: e["metadata"]["creationTimestamp"])
+            for e in sorted(
+                items,
+                key=lambda e: (
+                    e["metadata"]["creationTimestamp"],
+                    int(e["metadata"]["resourceVersion"]),
+                ),
+            )
             if e["reason"].startswith("Handover")
         ]
 
