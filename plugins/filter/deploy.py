@@ -158,6 +158,7 @@ def slinky_upgrade_report(
     new_values: t.Any = None,
     nodesets: t.Any = None,
     release: str = "slurm",
+    database_backup: str = "",
 ) -> dict[str, t.Any]:
     """What upgrading the installed Slinky charts to `wanted` changes for this site."""
     if not isinstance(installed, dict):
@@ -166,7 +167,13 @@ def slinky_upgrade_report(
         )
     try:
         return upgrade_report(
-            installed, str(wanted), old_values or {}, new_values or {}, nodesets or [], release
+            installed,
+            str(wanted),
+            old_values or {},
+            new_values or {},
+            nodesets or [],
+            release,
+            str(database_backup or ""),
         )
     except ReleaseError as err:
         raise AnsibleFilterError(str(err)) from None
@@ -179,6 +186,21 @@ def nodeset_rollout_pending(nodesets: t.Any) -> list[str]:
             "nodeset_rollout_pending: expected the NodeSets as k8s_info returns them (resources)"
         )
     return rollout.nodeset_rollout_pending(nodesets)
+
+
+def statefulset_rollout_pending(statefulsets: t.Any, images: t.Any) -> list[str]:
+    """The Slurm programs whose StatefulSet does not run the given image on every pod yet."""
+    if not isinstance(statefulsets, list) or not all(isinstance(s, dict) for s in statefulsets):
+        raise AnsibleFilterError(
+            "statefulset_rollout_pending: expected the StatefulSets as k8s_info returns them"
+        )
+    if not isinstance(images, dict):
+        raise AnsibleFilterError(
+            "statefulset_rollout_pending: expected the images as a dict of program to image"
+        )
+    return rollout.statefulset_rollout_pending(
+        statefulsets, {str(k): str(v) for k, v in images.items()}
+    )
 
 
 def slurm_nodes_not_back(nodes: t.Any, names: t.Any) -> list[str]:
@@ -206,5 +228,6 @@ class FilterModule:
             "slurm_cluster_values": slurm_cluster_values,
             "slurm_cluster_autoscaling": slurm_cluster_autoscaling,
             "slurm_cluster_storage_problems": slurm_cluster_storage_problems,
+            "statefulset_rollout_pending": statefulset_rollout_pending,
             "slurm_nodes_not_back": slurm_nodes_not_back,
         }

@@ -291,9 +291,9 @@ class Pool:
         assert status == 200 and not body.get("errors"), body
         return int(body["job_id"])
 
-    def queue(self, **job: t.Any) -> int:
-        """A job in backfill (fields of job_desc override), left pending: submit() waits
-        for its job to run."""
+    def queue(self, *, user: str = "alice", **job: t.Any) -> int:
+        """A job of user in backfill (fields of job_desc override), left pending: submit()
+        waits for its job to run."""
         status, body = self.slurm.request(
             "POST",
             f"/slurm/{self.slurm.api}/job/submit",
@@ -307,7 +307,7 @@ class Pool:
                     **job,
                 }
             },
-            user="alice",
+            user=user,
         )
         assert status == 200 and not body.get("errors"), body
         return int(body["job_id"])

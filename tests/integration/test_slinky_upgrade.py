@@ -1,21 +1,27 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The older Slinky line, and a real upgrade from it to the lab's release, in the lab.
 
-A fresh lab gets site.yml on the proxy's release (1.1.0): a lend and a reclaim prove that
-line still works. Then, with a Slurm job running on a dedicated node and another on a lent
-node, upgrade.yml moves the running cluster to the lab's release (1.2.1, built from the
-public sources beside the checkout): the jobs are not lost, the lent node stays lent with
-its journal, slurm.conf holds what the collection restates on 1.2, and a second run changes
-nothing. The module runs last among the Kubernetes tests (tests/integration/conftest.py),
-so that on a cold machine the older operator builds while the others run; it starts from a
-fresh lab whatever the modules before it left. Without the sources (the lab builds
-1.1.0 only) the older line's test and the preflight to 1.2.2 still run; the upgrade is
-skipped.
+A fresh lab gets site.yml on the proxy's release (1.1.0) with Slurm 25.11 and accounting:
+slurmdbd pods store into the lab's MariaDB as into a site's external database, the users'
+jobs need their associations (made by the slurm_accounting component), and jobs are
+recorded in slurmdbd, also those that ran while it did not answer. A lend and a reclaim
+prove that line still works. Then, with a Slurm job running on a dedicated node and another
+on a lent node, upgrade.yml moves the running cluster to the lab's release (1.2.1, built
+from the public sources beside the checkout) and Slurm 26.05, slurmdbd first: the jobs are
+not lost, the lent node stays lent with its journal, slurm.conf holds what the collection
+restates on 1.2, the job history from before the upgrade is still in slurmdbd with the jobs
+run across it, and a second run changes nothing. The module runs last among the Kubernetes
+tests (tests/integration/conftest.py), so that on a cold machine the older operator builds
+while the others run; it starts from a fresh lab whatever the modules before it left.
+Without the sources (the lab builds 1.1.0 only) the older line's tests and the preflight
+to 1.2.2 still run; the upgrade is skipped.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import subprocess
 import time
 import typing as t
 from collections.abc import Iterator
@@ -26,7 +32,15 @@ from ansible_runner import LAB_INVENTORY, SITE, UPGRADE, PlaybookRun, run_playbo
 from handover_pool import LENDABLE, Pool, keyed_pool
 from k8s_binaries import LAB_SLINKY_VERSION, PROXY_SLINKY_VERSION, slinky_operator
 from k8s_fixtures import wait_for_batch_nodes
-from slurm_pods import SlinkyRest
+from slurm_pods import (
+    DATABASE_NAME,
+    DATABASE_PORT,
+    DATABASE_USER,
+    SLINKY_RELEASE,
+    SlinkyCluster,
+    SlinkyRest,
+    running_pod,
+)
 from toolbox import LabError, pid_exe, wait_until
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.rollout import (
@@ -68,8 +82,85 @@ def operator_image(lab: t.Any) -> str:
     return str(pod["spec"]["containers"][0]["image"])
 
 
+# The site keeps the books: slurmdbd on the lab's MariaDB (outside the cluster, as a site's
+# external database), and the users whose jobs the tests submit in an account.
+DATABASE_SECRET = "slurm-database"
+ACCOUNTING = {
+    "slinky_components": [
+        "cert_manager",
+        "slurm_operator",
+        "slurm_cluster",
+        "slurm_accounting",
+        "keda",
+    ],
+    "slurm_cluster_accounting": True,
+    "slurm_cluster_accounting_database": {
+        "host": SLINKY_RELEASE.address(1),
+        "port": DATABASE_PORT,
+        "database": DATABASE_NAME,
+        "user": DATABASE_USER,
+        "password_secret": {"name": DATABASE_SECRET, "key": "password"},
+    },
+    # No wait at slurmctld's start: the lab's pods have no init containers to run.
+    "slurm_cluster_accounting_wait_s": 0,
+    # mcs/account: jobs of two accounts never share a node.
+    "slurm_cluster_mcs": "account:enforced,select",
+    "slurm_accounting_accounts": [
+        {"name": "physics", "description": "the upgrade's jobs"},
+        {"name": "chemistry", "description": "jobs that keep to their own nodes"},
+    ],
+    "slurm_accounting_users": [
+        {"name": "alice", "accounts": ["physics"]},
+        {"name": "bob", "accounts": ["chemistry"]},
+    ],
+}
+
+
+# The older line's site runs Slurm 25.11 (that line's own), so the upgrade also moves Slurm to
+# the inventory's 26.05, slurmdbd first. The lab's daemons are 26.05 whatever the images' tags
+# say: the order is seen in the pods the operator replaces, not in Slurm's versions.
+OLD_SLURM = "25.11"
+
+
 def deploy(version: str) -> PlaybookRun:
-    return run_playbook(SITE, LAB_INVENTORY, extra_vars={"slinky_version": version})
+    return run_playbook(
+        SITE,
+        LAB_INVENTORY,
+        extra_vars={
+            "slinky_version": version,
+            **ACCOUNTING,
+            "slurm_cluster_slurm_version": OLD_SLURM,
+        },
+    )
+
+
+def database_secret(lab: t.Any) -> None:
+    """The lab's MariaDB, and the Secret with its password that a site makes for slurmdbd."""
+    database = SlinkyCluster(lab).database()
+    lab.apply(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "slurm"}},
+    )
+    lab.apply(
+        "/api/v1/namespaces/slurm/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": DATABASE_SECRET},
+            "stringData": {"password": database.password},
+        },
+    )
+
+
+def accounted_jobs(rest: SlinkyRest) -> dict[int, set[str]]:
+    """Each job slurmdbd has a record of, and the states of its records (a requeued job
+    has one per run, as `sacct --duplicates` lists them)."""
+    status, body = rest.request("GET", f"/slurmdb/{rest.api}/jobs")
+    assert status == 200 and isinstance(body, dict), body
+    jobs: dict[int, set[str]] = {}
+    for job in body["jobs"]:
+        jobs.setdefault(int(job["job_id"]), set()).update(job["state"]["current"])
+    return jobs
 
 
 def upgrade(
@@ -80,10 +171,17 @@ def upgrade(
     tags: str | None = None,
     **settings: t.Any,
 ) -> PlaybookRun:
+    """upgrade.yml; the lab's database counts as dumped (the site's part, outside the cluster)
+    unless settings say otherwise."""
     return run_playbook(
         UPGRADE,
         LAB_INVENTORY,
-        extra_vars={"slinky_version": version, **settings},
+        extra_vars={
+            "slinky_version": version,
+            **ACCOUNTING,
+            "slinky_upgrade_database_backed_up": True,
+            **settings,
+        },
         check=check,
         diff=diff,
         tags=tags,
@@ -116,6 +214,7 @@ def old_pool(k8s_lab: t.Any, secret_dirs: t.Any, request: pytest.FixtureRequest)
     failed_before = request.session.testsfailed
     k8s_lab.down()  # whatever an earlier module deployed: this one starts as a new site
     k8s_lab.up(every_release=True)  # the older line's operator and charts too
+    database_secret(k8s_lab)
     run = deploy(OLD)
     assert not run.failed, f"site.yml {OLD} failed: {run.failures()}\n{run.output[-3000:]}"
     rest = SlinkyRest.of_cluster(k8s_lab)
@@ -148,6 +247,114 @@ def test_the_older_line_deploys_lends_and_reclaims(old_pool: Pool) -> None:
     pool.assert_clean("int01")
 
 
+def accounted_job(pool: Pool) -> int:
+    """A job run to its end and recorded as completed in slurmdbd; its id."""
+    job = pool.submit(None, 1, partition="batch")
+    wait_until(
+        lambda: "COMPLETED" in accounted_jobs(pool.slurm).get(job, set()),
+        60,
+        f"slurmdbd to record job {job} as completed",
+        lambda: accounted_jobs(pool.slurm),
+    )
+    return job
+
+
+@contextlib.contextmanager
+def slurmdbd_unreachable(lab: t.Any) -> Iterator[None]:
+    """slurmdbd gone for its clients: its pod's network namespace resets every connection to
+    its port (as a node that went away would refuse them), its process left as it is, so the
+    pod runner does not start another."""
+    pod = running_pod(lab.run_dir, "slurm/slurm-accounting-0")
+    assert pod.netns, pod
+    rule = ["INPUT", "-p", "tcp", "--dport", "6819", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    netns = ["ip", "netns", "exec", pod.netns, "iptables"]
+    subprocess.run([*netns, "-I", *rule], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*netns, "-D", *rule], check=True)
+
+
+def test_a_handover_stops_before_any_change_and_no_job_is_lost_while_slurmdbd_is_gone(
+    old_pool: Pool,
+) -> None:
+    """slurmdbd unreachable: slurmrestd answers no read that needs TRES or QoS names, so a
+    lend stops at its check, naming slurmdbd, with nothing changed; a job runs to its end
+    meanwhile, slurmdbd records it once it is back (slurmctld keeps what it owes slurmdbd),
+    and the lend then goes through."""
+    pool = old_pool
+    with slurmdbd_unreachable(pool.lab):
+        job = pool.submit(None, 5, partition="batch")
+        status, body = pool.slurm.request("GET", f"/slurm/{pool.slurm.api}/partitions")
+        print(f"GET partitions while slurmdbd is gone: HTTP {status}: {body}")
+        run = pool.playbook("lend", handover_nodes=["int01"])
+        assert run.failed
+        failures = "\n".join(run.failures())
+        assert "because slurmdbd does not answer it" in failures, failures
+        assert "start them (the slurmdbd pod, app.kubernetes.io/name=slurmdbd" in failures
+        pool.assert_clean("int01")
+        wait_until(
+            lambda: "COMPLETED" in pool.job(job)["job_state"],
+            60,
+            f"job {job} to complete while slurmdbd is gone",
+            lambda: pool.job(job)["job_state"],
+        )
+    wait_until(
+        lambda: "COMPLETED" in accounted_jobs(pool.slurm).get(job, set()),
+        120,
+        f"slurmdbd to record job {job}, which ran while it was gone",
+        lambda: accounted_jobs(pool.slurm),
+    )
+    run = pool.playbook("lend", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    run = pool.playbook("reclaim", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    pool.assert_clean("int01")
+
+
+def test_jobs_of_two_accounts_never_share_a_lent_node(old_pool: Pool) -> None:
+    """mcs/account: alice's two jobs (physics) share the lent node; bob's (chemistry) waits
+    until they are gone, then runs there."""
+    pool = old_pool
+    run = pool.playbook("lend", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    small = {"required_nodes": ["int01"], "cpus_per_task": 1}
+    small["memory_per_node"] = {"set": True, "number": 50}
+    alices = [pool.queue(**small), pool.queue(**small)]
+    try:
+        wait_until(
+            lambda: all(pool.job(job)["job_state"] == ["RUNNING"] for job in alices),
+            30,
+            "alice's two jobs to share int01",
+            lambda: [pool.job(job)["job_state"] for job in alices],
+        )
+        bobs = pool.queue(user="bob", **small)
+        # Looked at by the scheduler (a reason given) and still waiting beside alice's.
+        wait_until(
+            lambda: pool.job(bobs)["state_reason"] not in ("None", ""),
+            30,
+            "the scheduler to look at bob's job",
+        )
+        assert pool.job(bobs)["job_state"] == ["PENDING"], pool.job(bobs)
+        assert pool.job(bobs)["mcs_label"] == "chemistry", pool.job(bobs)
+        for job in alices:
+            pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job}")
+        wait_until(
+            lambda: pool.job(bobs)["job_state"] == ["RUNNING"],
+            60,
+            "bob's job to run on int01 once alice's are gone",
+            lambda: {k: pool.job(bobs)[k] for k in ("job_state", "state_reason")},
+        )
+        assert pool.job(bobs)["nodes"] == "int01"
+        pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{bobs}")
+    finally:
+        for job in alices:
+            pool.slurm.request("DELETE", f"/slurm/{pool.slurm.api}/job/{job}")
+    run = pool.playbook("reclaim", handover_nodes=["int01"])
+    assert not run.failed, run.failures()
+    pool.assert_clean("int01")
+
+
 def test_the_upgrade_preflight_reports_what_changes_and_changes_nothing(old_pool: Pool) -> None:
     before = old_pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
     run = upgrade(NEW, check=True, diff=True, tags="preflight")
@@ -172,6 +379,22 @@ def test_the_upgrade_preflight_reports_what_changes_and_changes_nothing(old_pool
     (diff,) = run.task_results("Compare the Slurm cluster's values")
     shown = str(diff.get("diff", ""))
     assert "taintKubeNodes" in shown and "inplaceReconfigure" in shown, shown[:2000]
+    # Slurm's order: the lab's images name Slurm 25.11 on 1.1 and 26.05 on 1.2.
+    assert report["slurm_release"] == {"installed": "25.11", "wanted": "26.05"}
+    assert [stage["upgrades"] for stage in report["slurm_stages"]] == [
+        ["slurmdbd"],
+        ["slurmctld", "slurmrestd"],
+    ]
+    assert "Slurm 25.11 -> 26.05 with accounting, in Slurm's order: slurmdbd, then " in changes
+    # A database outside the collection's reach must be dumped first: refused until the site
+    # says it is.
+    run = upgrade(NEW, check=True, tags="preflight", slinky_upgrade_database_backed_up=False)
+    assert run.failed
+    failures = "\n".join(run.failures())
+    assert (
+        "dump it first (mariadb-dump --single-transaction <database>) and run again with "
+        "-e slinky_upgrade_database_backed_up=true" in failures
+    ), failures
     after = old_pool.lab.get("/api/v1/secrets?labelSelector=owner%3Dhelm")["items"]
     assert [s["metadata"]["resourceVersion"] for s in after] == [
         s["metadata"]["resourceVersion"] for s in before
@@ -226,6 +449,20 @@ def test_an_upgrade_whose_drain_outlasts_its_timeout_stops_and_takes_the_drains_
         pool.lab.request("DELETE", f"{secrets}/upgrade-token")
 
 
+def went_in_slurms_order(pool: Pool, run: PlaybookRun) -> None:
+    """slurmdbd on its new image first, then slurmctld and slurmrestd, each stage waited
+    for, then the Slurm cluster's own run for slurmd."""
+    stages = run.task_results("hpcops.slinky.slurm_cluster : Say how the stage went")
+    said = [stage["msg"] for stage in stages]
+    print("\n".join(said))
+    assert len(said) == 2, said
+    assert said[0].startswith("slurmdbd run their new images ") and "conversion: " in said[0]
+    assert said[1].startswith("slurmctld and slurmrestd run their new images ")
+    pods = pool.lab.get("/api/v1/namespaces/slurm/pods")["items"]
+    created = {p["metadata"]["name"]: p["metadata"]["creationTimestamp"] for p in pods}
+    assert created["slurm-accounting-0"] <= created["slurm-controller-0"], created
+
+
 def settled_then_lent(pool: Pool, run: PlaybookRun) -> int:
     """The upgrade ended settled: every NodeSet rolled out, the drained nodes up and
     undrained at once (no wait here), and it said how long that took. Then a lend right
@@ -250,6 +487,8 @@ def settled_then_lent(pool: Pool, run: PlaybookRun) -> int:
 @needs_newer
 def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
     pool = old_pool
+    # The books before: a job that ran to its end on the older line, in slurmdbd.
+    history_job = accounted_job(pool)
     run = pool.playbook("lend", handover_nodes=["int01"])
     assert not run.failed, run.failures()
     pool.idle_slurm_node("int01")
@@ -273,6 +512,8 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
         f"only the {NEW} operator to run",
     )
     assert SlinkyRest.of_cluster(pool.lab).jwt_key == pool.slurm.jwt_key
+
+    went_in_slurms_order(pool, run)
 
     after_lend_job = settled_then_lent(pool, run)
 
@@ -335,6 +576,17 @@ def test_upgrade_keeps_the_jobs_and_the_lent_node(old_pool: Pool) -> None:
     for job_id, (states, restarts) in seen.items():
         assert not ENDED_BADLY & set(states), (job_id, states)
         print(f"job {job_id}: {states}, restarted {restarts} time(s)")
+
+    # The books kept: the job from before the upgrade, and those run across it, in slurmdbd.
+    wait_until(
+        lambda: all(
+            "COMPLETED" in accounted_jobs(pool.slurm).get(job_id, set())
+            for job_id in (history_job, *seen)
+        ),
+        60,
+        "slurmdbd to hold every job as completed",
+        lambda: accounted_jobs(pool.slurm),
+    )
 
     # The lent node is still lent, its journal and marks agree, Slurm has it in backfill;
     # the reclaim then gives both lent nodes back cleanly.

@@ -12,11 +12,16 @@ the configuration the operator generated from our values is read by real Slurm 2
   ``<k8s run dir>/slinky/<pod uid>/volumes/<volume>`` and bind-mounted where the pod's
   container mounts them, in a private mount namespace, so pods never see each other's
   files; ``emptyDir`` volumes get a directory of their own;
-* slurmctld and slurmd pods get a network namespace on the bridge ``hplslinky``
+* slurmctld, slurmdbd and slurmd pods get a network namespace on the bridge ``hplslinky``
   (``198.18.28.0/24``) and the pod's hostname, and ``/etc/hosts`` names every such pod
-  and the Services that select it (``slurm-controller.slurm``), as cluster DNS would;
+  and the Services that select it (``slurm-controller.slurm``, and by the bare name, as
+  the namespace's DNS search path would), as cluster DNS would;
 * slurmrestd runs in the host network namespace on ``127.0.0.1:6820``, where the
-  operator (``DEBUG=1``) looks for it;
+  operator (``DEBUG=1``) looks for it, with the slurmdbd API when slurm.conf has
+  accounting;
+* slurmdbd pods store into the lab's MariaDB (``SlinkyCluster.database``): mariadbd of
+  the same chroot on the bridge's host address, outside the cluster as a site's external
+  database is, started when a test first asks for it;
 * slurmd gets the host's cgroup hierarchy, so jobs run in the cgroups cgroup.conf asks
   for; the runner removes what slurmd left there when the pod goes;
 * when a ConfigMap or Secret changes, the runner rewrites the files, and for slurmctld
@@ -35,7 +40,10 @@ import dataclasses
 import hashlib
 import json
 import os
+import secrets
 import shlex
+import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +72,7 @@ from toolbox import (
     pids_in_chroot,
     sh,
     stop_pids,
+    wait_until,
 )
 
 # The cluster's own chroot and bridge: `down` of the Slurm lab stops every process rooted
@@ -79,7 +88,25 @@ BRIDGE = SLINKY_RELEASE.prefix
 FIRST_POD_HOST = 10
 # Where the operator, run with DEBUG=1, looks for slurmrestd.
 REST_ADDRESS = "127.0.0.1:6820"
-SLURM_IMAGES = ("slurmctld", "slurmrestd", "slurmd")
+SLURM_IMAGES = ("slurmctld", "slurmdbd", "slurmrestd", "slurmd")
+# The lab's database for slurmdbd pods: on the bridge's host address, which every pod's
+# network namespace reaches.
+DATABASE_PORT = 3306
+DATABASE_NAME = "slurm_acct_db"
+DATABASE_USER = "slurm"
+# Where its data directory is mounted in mariadbd's private mount namespace.
+DATABASE_DIR = "/var/lib/hpcops-lab-mariadb"
+
+
+@dataclass(frozen=True)
+class Database:
+    """How slurmdbd reaches the lab's MariaDB: what a site gives for an external database."""
+
+    host: str
+    port: int
+    name: str
+    user: str
+    password: str
 
 
 def netns_inode(pid: int) -> int | None:
@@ -232,6 +259,91 @@ class SlinkyCluster:
         if not self.hosts_path.exists():
             self.write_hosts([])
 
+    def database(self) -> Database:
+        """The lab's MariaDB for slurmdbd pods, started when first asked for and kept until
+        `down`: mariadbd of the chroot on the bridge's host address (with the settings Slurm's
+        accounting guide asks for), its data below the cluster's directory, the database
+        made and a user that may create and alter its tables, as a site's DBA would."""
+        self.prepare()
+        host = SLINKY_RELEASE.address(1)
+        password_path = self.dir / "mariadb-password"
+        if password_path.exists() and port_open(host, DATABASE_PORT):
+            password = password_path.read_text()
+            return Database(host, DATABASE_PORT, DATABASE_NAME, DATABASE_USER, password)
+        data = self.dir / "mariadb"
+        shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True)
+        mysql = chroot_user(self.root, "mysql")
+        os.chown(data, *mysql)
+        mounts = [
+            Mount(target=DATABASE_DIR, source=str(data)),
+            # mariadb-install-db looks the host up, as the pods' own /etc/hosts names it.
+            Mount(target="/etc/hosts", source=str(self.hosts_path), read_only=True),
+        ]
+        env = {"PATH": CHROOT_ENV_PATH, "LC_ALL": "C", "HOME": "/tmp"}
+        # The callers run no threads, so a preexec function is safe.
+        run_checked(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={DATABASE_DIR}",
+                "--user=mysql",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            env=env,
+            timeout=120,
+            preexec_fn=chroot_setup(self.root, mounts=mounts),
+        )
+        log_path = self.lab.run_dir / "log" / "mariadbd.out"
+        with log_path.open("ab") as out:
+            subprocess.Popen(
+                [
+                    "mariadbd",
+                    "--no-defaults",
+                    f"--datadir={DATABASE_DIR}",
+                    f"--socket={DATABASE_DIR}/mariadbd.sock",
+                    f"--pid-file={DATABASE_DIR}/mariadbd.pid",
+                    f"--bind-address={host}",
+                    f"--port={DATABASE_PORT}",
+                    "--skip-name-resolve",
+                    # On by default since MariaDB 11.8; slurmdbd is fatal on its conflicts.
+                    "--innodb-snapshot-isolation=OFF",
+                    "--innodb-buffer-pool-size=64M",
+                    "--innodb-log-file-size=64M",
+                    "--innodb-lock-wait-timeout=900",
+                    "--max-allowed-packet=16M",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=chroot_setup(self.root, ids=mysql, mounts=mounts),  # noqa: PLW1509
+            )
+        wait_until(
+            lambda: port_open(host, DATABASE_PORT),
+            60.0,
+            f"mariadbd to listen on {host}:{DATABASE_PORT}; see {log_path}",
+        )
+        password = secrets.token_urlsafe(24)
+        run_checked(
+            ["mariadb", "--no-defaults", f"--socket={DATABASE_DIR}/mariadbd.sock", "--user=root"],
+            # Over stdin: a password in argv would show in the host's process list.
+            input=(
+                f"CREATE DATABASE {DATABASE_NAME};\n"
+                f"CREATE USER '{DATABASE_USER}'@'{SLINKY_RELEASE.subnet}.%' "
+                f"IDENTIFIED BY '{password}';\n"
+                f"GRANT ALL ON {DATABASE_NAME}.* TO '{DATABASE_USER}'@'{SLINKY_RELEASE.subnet}.%';\n"
+            ),
+            env=env,
+            timeout=60,
+            preexec_fn=chroot_setup(self.root, mounts=mounts),
+        )
+        password_path.touch(mode=0o600)
+        password_path.write_text(password)
+        return Database(host, DATABASE_PORT, DATABASE_NAME, DATABASE_USER, password)
+
     def new_netns(self) -> tuple[str, str]:
         """A network namespace on the bridge for one pod: its name and address."""
         taken = {ip for ip, _labels in self.addresses.values()}
@@ -289,6 +401,7 @@ class SlinkyCluster:
                 if selector and all(labels.get(k) == v for k, v in selector.items()):
                     meta = service["metadata"]
                     names += [
+                        meta["name"],
                         f"{meta['name']}.{meta['namespace']}",
                         f"{meta['name']}.{meta['namespace']}.svc.cluster.local",
                     ]
@@ -313,10 +426,18 @@ class SlinkyCluster:
             return {k: v.encode() for k, v in (body.get("data") or {}).items()}
         return {k: base64.b64decode(v) for k, v in (body.get("data") or {}).items()}
 
-    def volume_files(self, namespace: str, volume: dict[str, Any]) -> dict[str, bytes] | None:
-        """The files a configMap, secret or projected volume holds; None for other kinds, and
+    def volume_contents(
+        self, namespace: str, volume: dict[str, Any]
+    ) -> tuple[dict[str, bytes], dict[str, int]] | None:
+        """The files a configMap, secret or projected volume holds and the mode of each that
+        the volume sets (its defaultMode or an item's mode), as a kubelet writes them:
+        slurmdbd refuses a slurmdbd.conf others can read. None for other kinds of volume, and
         a LabError while a source it needs does not exist yet (the kubelet waits too)."""
         sources: list[tuple[str, dict[str, Any]]] = []
+        kind_spec = next(
+            (volume[k] for k in ("projected", "configMap", "secret") if k in volume), {}
+        )
+        default_mode = kind_spec.get("defaultMode")
         if "projected" in volume:
             for source in volume["projected"].get("sources", []):
                 sources += list(source.items())
@@ -327,6 +448,7 @@ class SlinkyCluster:
         else:
             return None
         files: dict[str, bytes] = {}
+        modes: dict[str, int] = {}
         for kind, spec in sources:
             if kind not in ("configMap", "secret"):
                 continue
@@ -339,7 +461,10 @@ class SlinkyCluster:
             for item in items:
                 if item["key"] in data:
                     files[item["path"]] = data[item["key"]]
-        return files
+                    mode = item.get("mode", default_mode)
+                    if mode is not None:
+                        modes[item["path"]] = int(mode)
+        return files, modes
 
     def materialize(self, pod: dict[str, Any], workdir: Path, owner: tuple[int, int]) -> str:
         """Write the pod's volumes below workdir/volumes; return a digest of their files."""
@@ -357,9 +482,10 @@ class SlinkyCluster:
                 continue
             target.mkdir(parents=True, exist_ok=True)
             os.chown(target, *owner)
-            files = self.volume_files(namespace, volume)
-            if files is None:
+            contents = self.volume_contents(namespace, volume)
+            if contents is None:
                 continue  # emptyDir and friends: an empty directory of the pod's own
+            files, modes = contents
             for rel, content in sorted(files.items()):
                 digest.update(f"{volume['name']}/{rel}\0".encode() + content + b"\0")
                 path = target / rel
@@ -368,7 +494,8 @@ class SlinkyCluster:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content)
                 # Keys are for the daemon's user only (Slurm refuses readable keys).
-                path.chmod(0o600 if rel.endswith(".key") else 0o644)
+                mode = modes.get(rel, 0o644)
+                path.chmod(mode & 0o600 if rel.endswith(".key") else mode)
                 os.chown(path, *owner)
         return digest.hexdigest()
 
@@ -424,7 +551,10 @@ class SlinkyCluster:
         netns = address = None
         ids: tuple[int, int] | None = None
         if kind == "slurmrestd":
-            argv = ["slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld", REST_ADDRESS]
+            plugins = "openapi/slurmctld"
+            if has_accounting(workdir / "volumes"):
+                plugins += ",openapi/slurmdbd"
+            argv = ["slurmrestd", "-a", "rest_auth/jwt", "-s", plugins, REST_ADDRESS]
             ids = owner
         else:
             netns, address = self.new_netns()
@@ -436,6 +566,9 @@ class SlinkyCluster:
             )
             if kind == "slurmctld":
                 argv = ["slurmctld", "-D"]
+            elif kind == "slurmdbd":
+                argv = ["slurmdbd", "-D"]
+                ids = slurm_ids  # the pod's runAsUser: slurmdbd never runs as root there
             else:
                 # The image's entrypoint passes its arguments through a shell: the operator
                 # quotes --conf's value ('Features=hpc Gres=...') for that shell.
@@ -474,6 +607,27 @@ class SlinkyCluster:
     def services(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.lab.get("/api/v1/services")["items"]
         return items
+
+
+def run_checked(argv: list[str], **kwargs: Any) -> None:
+    """Run a command; a LabError with its output when it fails."""
+    done = subprocess.run(argv, text=True, capture_output=True, check=False, **kwargs)
+    if done.returncode != 0:
+        raise LabError(f"{argv[0]} exited {done.returncode}: {done.stdout}{done.stderr}")
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
+
+
+def has_accounting(volumes: Path) -> bool:
+    """Whether a slurm.conf among a pod's volumes stores accounting in slurmdbd."""
+    return any(
+        "accounting_storage/slurmdbd" in conf.read_text(errors="replace")
+        for conf in volumes.glob("*/slurm.conf")
+    )
 
 
 def describe(pod: SlurmPod) -> str:

@@ -79,3 +79,50 @@ def slurm_nodes_not_back(nodes: Iterable[Mapping[str, t.Any]], names: Iterable[s
         elif "DRAIN" in flags and reason.startswith(PASSING_DRAIN_PREFIXES):
             waiting.append(f"{name}: {_node_state(node)} ({reason})")
     return waiting
+
+
+def _image_of(container: Mapping[str, t.Any]) -> str:
+    return str(container.get("image") or "")
+
+
+def statefulset_rollout_pending(
+    statefulsets: Iterable[Mapping[str, t.Any]], images: Mapping[str, str]
+) -> list[str]:
+    """One line per Slurm program of `images` (program -> the image it must run) whose
+    StatefulSet (slurmctld's, slurmdbd's) does not run that image on every pod, ready, yet:
+    the operator writes the new template after Helm returned, so an old StatefulSet that
+    looks settled is not taken for the new one (k8s_info resources in)."""
+    pending = []
+    for program, image in sorted(images.items()):
+        found = False
+        for statefulset in statefulsets:
+            spec = statefulset.get("spec") or {}
+            containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+            named = [c for c in containers if c.get("name") == program]
+            if not named:
+                continue
+            found = True
+            meta = statefulset.get("metadata") or {}
+            status = statefulset.get("status") or {}
+            name = meta.get("name", "?")
+            if _image_of(named[0]) != image:
+                pending.append(f"{program} ({name}): runs {_image_of(named[0])}, not yet {image}")
+                continue
+            generation = int(meta.get("generation") or 0)
+            if _count(status, "observedGeneration") < generation:
+                pending.append(f"{program} ({name}): generation {generation} not yet seen")
+                continue
+            replicas = int(spec.get("replicas", 1) or 0)
+            updated = _count(status, "updatedReplicas")
+            ready = _count(status, "readyReplicas")
+            if status.get("currentRevision") != status.get("updateRevision") or (
+                updated,
+                ready,
+            ) != (replicas, replicas):
+                pending.append(
+                    f"{program} ({name}): {updated} of {replicas} pods of the newest revision, "
+                    f"{ready} ready"
+                )
+        if not found:
+            pending.append(f"{program}: no StatefulSet runs it")
+    return pending

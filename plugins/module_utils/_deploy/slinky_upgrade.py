@@ -189,6 +189,130 @@ def _image_changes(old_values: Mapping[str, t.Any], new_values: Mapping[str, t.A
     ]
 
 
+# The Slurm programs in Slurm's upgrade order: slurmdbd first (it converts its database and
+# still serves the older daemons), then slurmctld and slurmrestd, then slurmd and login.
+SLURM_UPGRADE_ORDER: tuple[tuple[str, ...], ...] = (
+    ("slurmdbd",),
+    ("slurmctld", "slurmrestd"),
+    ("slurmd", "login"),
+)
+
+
+def _image_program(image: t.Any) -> str | None:
+    """'registry/slinkyproject/slurmctld:25.11-ubuntu24.04' or {repository, tag} -> 'slurmctld'."""
+    if isinstance(image, Mapping):
+        repository = str(image.get("repository") or "")
+    elif isinstance(image, str):
+        repository = image.split("@", 1)[0]
+        last = repository.rsplit("/", 1)[-1]
+        repository = repository[: len(repository) - len(last)] + last.split(":", 1)[0]
+    else:
+        return None
+    return repository.rsplit("/", 1)[-1] or None
+
+
+def _image_tag(image: t.Any) -> str:
+    if isinstance(image, Mapping):
+        return str(image.get("tag") or "")
+    last = str(image or "").split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def _slurm_release(tag: str) -> tuple[int, int] | None:
+    """'25.11-ubuntu24.04' -> (25, 11); None for a tag that names no Slurm release."""
+    head = tag.split("-", 1)[0].split(".")
+    if len(head) < 2 or not (head[0].isdigit() and head[1].isdigit()):
+        return None
+    return int(head[0]), int(head[1])
+
+
+def _holding(new: t.Any, old: t.Any, programs: frozenset[str]) -> t.Any:
+    """new, with every image of the named programs as old has it at the same place."""
+    if isinstance(new, Mapping) and isinstance(old, Mapping):
+        out = {}
+        for key, value in new.items():
+            if key not in old:
+                out[key] = value
+            elif key == "image" and _image_program(value) in programs:
+                same = _image_program(old[key]) == _image_program(value)
+                out[key] = old[key] if same else value
+            else:
+                out[key] = _holding(value, old[key], programs)
+        return out
+    if isinstance(new, list) and isinstance(old, list) and len(new) == len(old):
+        return [_holding(item, old[index], programs) for index, item in enumerate(new)]
+    return new
+
+
+def slurm_release_change(
+    old_values: Mapping[str, t.Any], new_values: Mapping[str, t.Any]
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """slurmdbd's Slurm release, installed and wanted, when the upgrade changes it on a
+    cluster that had accounting and keeps it; None otherwise."""
+
+    def dbd(values: Mapping[str, t.Any]) -> tuple[int, int] | None:
+        accounting = values.get("accounting") or {}
+        if not accounting.get("enabled") or accounting.get("external"):
+            return None
+        return _slurm_release(_image_tag((accounting.get("slurmdbd") or {}).get("image") or {}))
+
+    before, after = dbd(old_values), dbd(new_values)
+    if before is None or after is None or before == after:
+        return None
+    return before, after
+
+
+def slurm_upgrade_stages(
+    old_values: Mapping[str, t.Any], new_values: Mapping[str, t.Any]
+) -> list[dict[str, t.Any]]:
+    """The slurm chart's values of each Helm upgrade that comes before the one of
+    new_values, in Slurm's order, when the upgrade changes slurmdbd's Slurm release: the
+    first moves slurmdbd alone (every other Slurm image held as installed), the next
+    slurmctld and slurmrestd too. A slurmctld newer than its slurmdbd is not supported, and
+    one that starts while slurmdbd converts its tables cannot register. No stage otherwise."""
+    if slurm_release_change(old_values, new_values) is None:
+        return []
+    stages: list[dict[str, t.Any]] = []
+    for index, programs in enumerate(SLURM_UPGRADE_ORDER[:-1]):
+        held = frozenset(p for later in SLURM_UPGRADE_ORDER[index + 1 :] for p in later)
+        values = _holding(new_values, old_values, held)
+        if values == new_values or (stages and values == stages[-1]["values"]):
+            continue
+        stages.append(
+            {
+                "upgrades": list(programs),
+                "holds": sorted(held),
+                "values": values,
+                "statefulset_images": _statefulset_images(values, programs),
+            }
+        )
+    return stages
+
+
+# Where the chart's values put the image of each Slurm program the operator runs as a
+# StatefulSet (its container has the program's name).
+STATEFULSET_IMAGES = {
+    "slurmdbd": ("accounting", "slurmdbd", "image"),
+    "slurmctld": ("controller", "slurmctld", "image"),
+}
+
+
+def _statefulset_images(values: Mapping[str, t.Any], programs: Sequence[str]) -> dict[str, str]:
+    """Each of the programs run as a StatefulSet, and the image, repository:tag, it runs."""
+    images = {}
+    for program in programs:
+        node: t.Any = values
+        for key in STATEFULSET_IMAGES.get(program, ()):
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping) and node.get("repository"):
+            images[program] = f"{node['repository']}:{node.get('tag') or 'latest'}"
+    return images
+
+
+def _release_name(release: tuple[int, int]) -> str:
+    return f"{release[0]}.{release[1]:02d}"
+
+
 def upgrade_report(
     installed: Mapping[str, t.Any],
     wanted: str,
@@ -196,12 +320,15 @@ def upgrade_report(
     new_values: Mapping[str, t.Any],
     nodesets: Sequence[Mapping[str, t.Any]],
     release: str,
+    database_backup: str = "",
 ) -> dict[str, t.Any]:
     """What going from the installed charts to `wanted` does to this site.
 
     ``installed`` maps crds, operator and slurm to their installed chart version (None when
     not installed); ``old_values`` are the slurm release's values, ``new_values`` what the
-    role builds now; ``nodesets`` the NodeSet objects in the cluster.
+    role builds now; ``nodesets`` the NodeSet objects in the cluster; ``database_backup``
+    how the accounting database is saved before a Slurm release change: 'operator' (the
+    mariadb component's Backup, which upgrade.yml takes), 'done' (the site dumped it) or ''.
     """
     versions = {
         part: chart_version(v) if v and "-" in str(v) else v for part, v in installed.items()
@@ -229,6 +356,24 @@ def upgrade_report(
     dropped_partitions = sorted(
         _enabled(old_values, "partitions") - _enabled(new_values, "partitions")
     )
+    slurm_change = slurm_release_change(old_values, new_values)
+    stages: list[dict[str, t.Any]] = []
+    if slurm_change:
+        before, after = (_release_name(r) for r in slurm_change)
+        if slurm_change[1] < slurm_change[0]:
+            refusals.append(
+                f"slurmdbd would go from Slurm {before} back to {after}: Slurm cannot go back a "
+                f"release once slurmdbd converted its database; keep slurm_cluster_slurm_version "
+                f"at {before} or newer"
+            )
+        elif database_backup not in ("operator", "done"):
+            refusals.append(
+                f"Slurm {before} -> {after} with accounting: slurmdbd converts its database at its "
+                "first start and cannot go back, and the database is outside the collection's "
+                "reach (not the mariadb component); dump it first (mariadb-dump "
+                "--single-transaction <database>) and run again with "
+                "-e slinky_upgrade_database_backed_up=true"
+            )
     changes: list[str] = []
     # Drained before the upgrade and resumed after (upgrade.yml).
     drain = replaced_nodesets(slurm, wanted, new_values) if slurm and not refusals else []
@@ -238,6 +383,19 @@ def upgrade_report(
         if slurm != wanted:
             changes += _persistence_warning(new_values)
         changes += _image_changes(old_values, new_values)
+        if slurm_change:
+            stages = slurm_upgrade_stages(old_values, new_values)
+            before, after = (_release_name(r) for r in slurm_change)
+            backup = (
+                "the mariadb-operator backs the database up first"
+                if database_backup == "operator"
+                else "the site backed the database up"
+            )
+            changes.append(
+                f"Slurm {before} -> {after} with accounting, in Slurm's order: "
+                + ", then ".join(" and ".join(programs) for programs in SLURM_UPGRADE_ORDER)
+                + f"; {backup}, and slurmdbd converts its tables at its first start"
+            )
     changes += [
         f"NodeSet {name} exists in the cluster but not in the inventory: Helm would delete it, "
         "its slurmd pods and their jobs"
@@ -257,4 +415,10 @@ def upgrade_report(
         "dropped_nodesets": dropped_nodesets,
         "dropped_partitions": dropped_partitions,
         "drain_nodesets": drain,
+        "slurm_release": (
+            {"installed": _release_name(slurm_change[0]), "wanted": _release_name(slurm_change[1])}
+            if slurm_change
+            else None
+        ),
+        "slurm_stages": stages,
     }

@@ -682,6 +682,21 @@ class SlurmRestClient:
                 url=url,
                 errors=errors,
             )
+        if status >= 500 and any(
+            "slurmdb" in f"{e.get('description')} {e.get('source')}".lower() for e in errors
+        ):
+            # With accounting, slurmrestd resolves TRES and QoS through slurmdbd even for
+            # /slurm/ reads (measured on 26.05: GET partitions while slurmdbd is unreachable).
+            return SlurmRequestError(
+                f"slurmrestd failed {where} with HTTP {status} because slurmdbd does not answer "
+                f"it ({detail}): with accounting slurmrestd reads TRES and QoS through slurmdbd, "
+                "so this fails while slurmdbd or its database is down; start them (the slurmdbd "
+                "pod, app.kubernetes.io/name=slurmdbd, and its database), then run again. "
+                "Running jobs go on: slurmctld keeps their records until slurmdbd is back",
+                status=status,
+                url=url,
+                errors=errors,
+            )
         if status >= 500:
             return SlurmRequestError(
                 f"slurmrestd failed {where} with HTTP {status}: {detail}; check that "

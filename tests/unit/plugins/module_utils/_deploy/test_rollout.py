@@ -15,9 +15,13 @@ from ansible_collections.hpcops.slinky.plugins.filter.deploy import (
 from ansible_collections.hpcops.slinky.plugins.filter.deploy import (
     slurm_nodes_not_back as slurm_nodes_filter,
 )
+from ansible_collections.hpcops.slinky.plugins.filter.deploy import (
+    statefulset_rollout_pending as statefulset_rollout_filter,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.rollout import (
     nodeset_rollout_pending,
     slurm_nodes_not_back,
+    statefulset_rollout_pending,
 )
 
 
@@ -138,3 +142,64 @@ def test_the_filters_name_themselves_on_wrong_input(
 ) -> None:
     with pytest.raises(AnsibleFilterError, match=f"^{names}: expected"):
         call()
+
+
+NEW_DBD = "mirror/slurmdbd:26.05-ubuntu24.04"
+
+
+def statefulset(
+    image: str = NEW_DBD, program: str = "slurmdbd", generation: int = 2, **status: t.Any
+) -> dict[str, t.Any]:
+    settled = {"observedGeneration": generation, "currentRevision": "r2", "updateRevision": "r2"}
+    settled |= {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
+    return {
+        "metadata": {"name": "slurm-accounting", "generation": generation},
+        "spec": {
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": program, "image": image}]}},
+        },
+        "status": {k: v for k, v in (settled | status).items() if v is not None},
+    }
+
+
+def test_a_statefulset_on_its_new_image_all_ready_has_rolled_out() -> None:
+    controller = statefulset("mirror/slurmctld:25.11-ubuntu24.04", "slurmctld")
+    assert statefulset_rollout_pending([statefulset(), controller], {"slurmdbd": NEW_DBD}) == []
+
+
+@pytest.mark.parametrize(
+    ("sets", "said"),
+    [
+        # Helm returned; the operator has not written the new template yet.
+        (
+            [statefulset("mirror/slurmdbd:25.11-ubuntu24.04")],
+            "slurmdbd (slurm-accounting): runs mirror/slurmdbd:25.11-ubuntu24.04, not yet "
+            + NEW_DBD,
+        ),
+        (
+            [statefulset(currentRevision="r1")],
+            "slurmdbd (slurm-accounting): 1 of 1 pods of the newest revision, 1 ready",
+        ),
+        (
+            [statefulset(updatedReplicas=0, readyReplicas=0)],
+            "slurmdbd (slurm-accounting): 0 of 1 pods of the newest revision, 0 ready",
+        ),
+        (
+            [statefulset(observedGeneration=1)],
+            "slurmdbd (slurm-accounting): generation 2 not yet seen",
+        ),
+        ([], "slurmdbd: no StatefulSet runs it"),
+    ],
+)
+def test_a_statefulset_not_on_its_new_image_says_what_it_lacks(
+    sets: list[dict[str, t.Any]], said: str
+) -> None:
+    assert statefulset_rollout_pending(sets, {"slurmdbd": NEW_DBD}) == [said]
+
+
+def test_the_statefulset_filter_names_what_it_expected() -> None:
+    with pytest.raises(AnsibleFilterError, match="StatefulSets as k8s_info returns them"):
+        statefulset_rollout_filter("slurm-accounting", {"slurmdbd": NEW_DBD})
+    with pytest.raises(AnsibleFilterError, match="dict of program to image"):
+        statefulset_rollout_filter([statefulset()], [NEW_DBD])
+    assert statefulset_rollout_filter([statefulset()], {"slurmdbd": NEW_DBD}) == []

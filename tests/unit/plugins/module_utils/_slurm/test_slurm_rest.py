@@ -402,3 +402,23 @@ def test_token_expiry_reads_the_exp_claim() -> None:
     assert token_expiry("a.!!!.c") is None
     unsigned = base64.urlsafe_b64encode(b'{"sun":"slurm"}').decode().rstrip("=")
     assert token_expiry(f"x.{unsigned}.y") is None
+
+
+def test_a_read_that_needs_slurmdbd_while_it_is_gone_names_slurmdbd() -> None:
+    # Recorded on Slurm 26.05 with accounting (tests/integration/test_slinky_upgrade.py):
+    # GET partitions while slurmdbd's port refused connections.
+    fake = FakeSlurmRestd("26.05")
+    error = {
+        "description": "Slurmdb query failed",
+        "error_number": 111,
+        "error": "Connection refused",
+        "source": "slurmdb_tres_get",
+    }
+    fake.answer("GET", "/slurm/v0.0.45/partitions/", 500, {"partitions": [], "errors": [error]})
+    with pytest.raises(SlurmRequestError) as err:
+        client_for(fake, retries=0).request("GET", "/slurm/v0.0.45/partitions/")
+    said = str(err.value)
+    assert "HTTP 500 because slurmdbd does not answer it" in said
+    assert "Slurmdb query failed (slurmdb_tres_get)" in said
+    assert "start them (the slurmdbd pod, app.kubernetes.io/name=slurmdbd" in said
+    assert "slurmctld is up" not in said
