@@ -456,8 +456,8 @@ def went_in_slurms_order(pool: Pool, run: PlaybookRun) -> None:
     said = [stage["msg"] for stage in stages]
     print("\n".join(said))
     assert len(said) == 2, said
-    assert said[0].startswith("slurmdbd run their new images ") and "conversion: " in said[0]
-    assert said[1].startswith("slurmctld and slurmrestd run their new images ")
+    assert said[0].startswith("slurmdbd: on the new images ") and "conversion: " in said[0]
+    assert said[1].startswith("slurmctld and slurmrestd: on the new images ")
     pods = pool.lab.get("/api/v1/namespaces/slurm/pods")["items"]
     created = {p["metadata"]["name"]: p["metadata"]["creationTimestamp"] for p in pods}
     assert created["slurm-accounting-0"] <= created["slurm-controller-0"], created

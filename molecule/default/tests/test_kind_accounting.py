@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Accounting faults on real kubelets: slurmdbd given a wrong database password.
+"""Accounting faults on real kubelets: the database down, and a wrong database password.
 
-site.yml with a password Secret that is not the database user's: the operator rolls
-slurmdbd, slurmdbd cannot log in, and the run stops naming the Secret and the fix. Meanwhile
+site.yml pointing slurmdbd at a database that does not answer (a Service with no server
+behind it): the run stops saying the database does not answer and how to fix it. site.yml
+with a password Secret that is not the database user's: the operator rolls slurmdbd,
+slurmdbd cannot log in, and the run stops naming the Secret and the fix. Meanwhile
 slurmctld keeps the cluster: a job submitted while slurmdbd is away runs and ends, and once
 site.yml runs again with the right Secret slurmdbd comes back and records it.
 """
@@ -33,6 +35,8 @@ from kind_cluster import (
 
 PARTITION = "batch"
 WRONG_SECRET = "molecule-wrong-db-password"
+# A database Service with no server behind it: connections to it are refused.
+DOWN_DATABASE = "molecule-db-down"
 
 pytestmark = pytest.mark.skipif(
     not configured(), reason="run by molecule verify (molecule/shared/verify_kind.yml)"
@@ -61,14 +65,30 @@ def slurmdbd_ready() -> bool:
     )
 
 
-def test_a_wrong_database_password_is_named_and_no_job_is_lost(tmp_path: Path) -> None:
+def test_a_database_down_or_a_wrong_password_is_named_and_no_job_is_lost(
+    tmp_path: Path,
+) -> None:
     wrong = base64.b64encode(b"not-the-database-password").decode()
     kubectl("apply", "-f", "-", input_text=json.dumps({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": WRONG_SECRET, "namespace": NAMESPACE},
         "data": {"password": wrong},
     }))  # fmt: skip
+    kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": DOWN_DATABASE, "namespace": NAMESPACE},
+        "spec": {"selector": {"app": DOWN_DATABASE}, "ports": [{"port": 3306}]},
+    }))  # fmt: skip
     try:
+        down = site(
+            tmp_path,
+            slurm_cluster_accounting_database={"host": DOWN_DATABASE},
+            slurm_cluster_wait_timeout_s=90,
+        )
+        out = down.stdout + down.stderr
+        assert down.returncode != 0, out[-3000:]
+        assert f"The database at {DOWN_DATABASE}:3306 does not answer slurmdbd" in out, out[-3000:]
+        assert not slurmdbd_ready()
         broken = site(
             tmp_path,
             slurm_cluster_accounting_database={"password_secret": {"name": WRONG_SECRET}},
@@ -85,6 +105,7 @@ def test_a_wrong_database_password_is_named_and_no_job_is_lost(tmp_path: Path) -
     finally:
         fixed = site(tmp_path)
         kubectl("delete", "secret", "-n", NAMESPACE, WRONG_SECRET, "--ignore-not-found")
+        kubectl("delete", "service", "-n", NAMESPACE, DOWN_DATABASE, "--ignore-not-found")
     assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
     assert slurmdbd_ready()
 
