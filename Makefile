@@ -86,6 +86,8 @@ lint: setup
 docs-lint: setup
 	@echo ">> antsibull-docs lint-collection-docs --plugin-docs"
 	antsibull-docs lint-collection-docs --plugin-docs .
+	@echo ">> README.md's table of contents is written from the plugins' docs"
+	$(BIN)/python docs/readme_contents.py --check
 
 # The docsite: module, filter, inventory and role docs from their own DOCUMENTATION and
 # argument specs. antsibull-docs writes the Sphinx project; its intersphinx fetches are

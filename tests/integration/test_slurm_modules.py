@@ -2,7 +2,7 @@
 """slurm_info, slurm_node, slurm_job and the slurm inventory plugin against real slurmrestd.
 
 Every module runs through ansible-playbook against the lab's Slurm 26.05 and 24.11, once
-per API version that both the server and the collection speak (the matrix in the README).
+per API version that both the server and the collection speak (the matrix in docs/development.md).
 """
 
 from __future__ import annotations
