@@ -12,7 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, rollout
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, metallb, rollout
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
@@ -109,6 +109,37 @@ def mariadb_storage_problems(
         )
     found = existing[0] if isinstance(existing, list) and existing else existing or None
     return mariadb.mariadb_storage_problems(resource, storage_classes, found)
+
+
+def metallb_pool_problems(
+    pools: t.Any,
+    node_networks: t.Any = None,
+    node_addresses: t.Any = None,
+    service_cidr: t.Any = "",
+    pod_cidr: t.Any = "",
+) -> list[str]:
+    """Every problem of MetalLB's address pools, each naming the variable and the fix."""
+    if node_addresses is not None and not isinstance(node_addresses, list):
+        raise AnsibleFilterError("metallb_pool_problems: expected the Nodes' addresses as a list")
+    try:
+        return metallb.address_pool_problems(
+            pools,
+            node_networks or [],
+            [str(a) for a in node_addresses or []],
+            str(service_cidr or ""),
+            str(pod_cidr or ""),
+        )
+    except metallb.MetallbConfigError as err:
+        return [str(err)]
+
+
+def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:
+    """The IPAddressPool and L2Advertisement of each checked pool."""
+    if not isinstance(pools, list) or not all(isinstance(p, dict) for p in pools):
+        raise AnsibleFilterError(
+            "metallb_resources: expected metallb_address_pools, a list of mappings"
+        )
+    return metallb.metallb_resources(pools, str(namespace))
 
 
 def slurm_cluster_autoscaling(
@@ -220,6 +251,8 @@ class FilterModule:
             "helm_chart_args": helm_chart_args,
             "mariadb_resource": mariadb_resource,
             "mariadb_storage_problems": mariadb_storage_problems,
+            "metallb_pool_problems": metallb_pool_problems,
+            "metallb_resources": metallb_resources,
             "mirrored_image": mirrored_image,
             "nodeset_rollout_pending": nodeset_rollout_pending,
             "slinky_release": slinky_release,

@@ -30,6 +30,7 @@ ROLES = {
     "slurm_cluster": "_slurm_cluster_helm_values",
     "gpu_operator": "_gpu_operator_helm_values",
     "keda": "_keda_helm_values",
+    "metallb": "_metallb_helm_values",
 }
 # Which chart version's values.yaml each golden file was checked against.
 CHECKED_AGAINST = {
@@ -41,6 +42,8 @@ CHECKED_AGAINST = {
     "slurm_cluster-1.1": "slurm 1.1.2 (helm/slurm; slurm.conf of operator v1.1.2), slinky_version 1.1.2",
     "gpu_operator": "gpu-operator v26.7.0 (deployments/gpu-operator)",
     "keda": "keda 2.20.2 (kedacore/charts keda/); ScaledObject CRD keda.sh/v1alpha1 of KEDA v2.20.2",
+    "metallb": "metallb 0.16.2 (charts/metallb of go.universe.tf/metallb v0.16.2)",
+    "metallb_resources": "the IPAddressPool and L2Advertisement CRDs (metallb.io/v1beta1) of MetalLB v0.16.2",
 }
 
 
@@ -107,6 +110,7 @@ def build(overrides: dict[str, t.Any]) -> dict[str, t.Any]:
         dump = {role: f"{{{{ {fact} }}}}" for role, fact in ROLES.items()}
         dump["scaled_objects"] = "{{ _keda_scaled_objects }}"
         dump["mariadb_resource"] = "{{ _mariadb_resource }}"
+        dump["metallb_resources"] = "{{ _metallb_resources }}"
         # What the keda role applies, in its order: TriggerAuthentications, ScaledObjects.
         dump["keda_objects"] = "{{ _keda_trigger_authentications + _keda_scaled_objects }}"
         tasks.append(
@@ -174,7 +178,7 @@ def compare_with_golden(key: str, built: t.Any, overrides: str = "") -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [*ROLES, "scaled_objects", "mariadb_resource", "slurm_cluster-1.1"]
+    "name", [*ROLES, "scaled_objects", "mariadb_resource", "metallb_resources", "slurm_cluster-1.1"]
 )
 def test_values_match_golden_file(
     built_values: dict[str, t.Any], built_values_1_1: dict[str, t.Any], name: str
