@@ -728,6 +728,63 @@ def mariadb_operator_charts() -> dict[str, Path]:
     return {MARIADB_OPERATOR_CHARTS[0]: crds, MARIADB_OPERATOR_CHARTS[1]: operator}
 
 
+# MetalLB, the LoadBalancer provider of the kind scenarios (L2 mode: its controller and its
+# speaker, without FRR). Its chart is in the module, with its CRDs as a subchart.
+METALLB_MODULE = "go.universe.tf/metallb"
+METALLB_VERSION = "v0.16.2"
+METALLB_PROGRAMS = {"metallb-controller": "./controller", "metallb-speaker": "./speaker"}
+# MetalLB 0.16.2 requires frr-k8s v0.0.27, which the proxy here refuses (403). It is built
+# against v0.26 (served) with the one thing of 0.0.27 it names: the AS-path-prepend prefixes
+# of its BGP-over-frr-k8s backend, which L2 mode never uses.
+FRR_K8S_MODULE = "github.com/metallb/frr-k8s"
+FRR_K8S_SERVED = "v0.0.26"
+FRR_K8S_ADDED = """package v1beta1
+
+// Added by the hpcops.slinky lab (tests/lab/k8s_binaries.py): frr-k8s v0.0.27's type, which
+// MetalLB v0.16.2 names; the proxy serves v0.0.26 at most.
+type AsPathPrependPrefixes struct {
+\tAsPathPrepend uint8    `json:"asPathPrepend,omitempty"`
+\tPrefixes      []string `json:"prefixes,omitempty"`
+}
+"""
+
+
+def build_metallb(binary: Binary, out: Path) -> None:
+    """As its Dockerfiles build them (the version is in its source), against the served
+    frr-k8s with FRR_K8S_ADDED."""
+    source = Path(go_mod_download(f"{METALLB_MODULE}@{METALLB_VERSION}")["Dir"])
+    frr = Path(go_mod_download(f"{FRR_K8S_MODULE}@{FRR_K8S_SERVED}")["Dir"])
+    with tempfile.TemporaryDirectory(prefix="metallb-", dir=BIN_DIR) as scratch:
+        tree, frr_tree = Path(scratch, "metallb"), Path(scratch, "frr-k8s")
+        writable_copy(source, tree)
+        writable_copy(frr, frr_tree)
+        types = frr_tree / "api/v1beta1/frrconfiguration_types.go"
+        field = '\tPrefixesWithCommunity []CommunityPrefixes `json:"withCommunity,omitempty"`\n'
+        text = types.read_text()
+        if field not in text:
+            raise LabError(f"{types} changed: the lab's addition to frr-k8s needs a look")
+        added = '\tPrefixesWithAsPathPrepend []AsPathPrependPrefixes `json:"withAsPathPrepend,omitempty"`\n'
+        types.write_text(text.replace(field, field + added, 1))
+        (frr_tree / "api/v1beta1/zz_hpcops_aspathprepend.go").write_text(FRR_K8S_ADDED)
+        run_logged(
+            ["go", "mod", "edit", f"-replace={FRR_K8S_MODULE}={frr_tree}"],
+            binary.build_log,
+            cwd=tree,
+        )
+        run_logged(
+            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out),
+             METALLB_PROGRAMS[binary.name]],
+            binary.build_log,
+            cwd=tree,
+        )  # fmt: skip
+
+
+def metallb_chart() -> Path:
+    """Its chart (the CRDs subchart inside; the frr-k8s one stays, switched off)."""
+    source = Path(go_mod_download(f"{METALLB_MODULE}@{METALLB_VERSION}")["Dir"])
+    return package_chart(source / "charts/metallb", f"metallb-{METALLB_VERSION.lstrip('v')}")
+
+
 PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 PROMETHEUS_OPERATOR_PROGRAMS = {
@@ -1178,6 +1235,10 @@ BINARIES: dict[str, Binary] = {
             ("--help",),
             "mariadb-operator",
             3,
+        ),
+        *(
+            Binary(name, METALLB_VERSION, build_metallb, ("--help",), "Usage of", minutes)
+            for name, minutes in zip(METALLB_PROGRAMS, (1.5, 1.5), strict=True)
         ),
     )
 }

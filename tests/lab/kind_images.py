@@ -27,6 +27,9 @@ recipe it was built from, so ``build`` rebuilds only what changed.
   (only where ``../shared/sources`` has them), ``hpcops.local/kedacore/*:2.20.2`` from
   KEDA's module, ``hpcops.local/prometheus-operator/*:v0.85.0`` from its module, and
   ``hpcops.local/prometheus/prometheus`` from Debian forky's package.
+* ``hpcops.local/metallb/{controller,speaker}:v0.16.2`` from MetalLB's module (built against
+  frr-k8s v0.0.26, the newest the proxy serves, with the one type of v0.0.27 it names; L2
+  mode never uses it).
 * ``hpcops.local/mariadb-operator/mariadb-operator:25.10.2`` from its module, and
   ``hpcops.local/library/mariadb:<version>`` from Debian forky's mariadb-server with an
   entrypoint of our own (``kind/mariadb-entrypoint.sh``) that honours what the operator
@@ -653,6 +656,11 @@ NONROOT = "65532:65532"
 # The mariadb-operator's chart and its MariaDB resource name these, less the registry host.
 MARIADB_OPERATOR_IMAGE = f"{REGISTRY}/mariadb-operator/mariadb-operator:{k8s_binaries.MARIADB_OPERATOR_VERSION.lstrip('v')}"
 MARIADB_IMAGE = f"{REGISTRY}/library/mariadb:{{mariadb}}"
+# MetalLB's chart runs /controller and /speaker, its images' entrypoints.
+METALLB_IMAGES = {
+    "metallb-controller": f"{REGISTRY}/metallb/controller:{k8s_binaries.METALLB_VERSION}",
+    "metallb-speaker": f"{REGISTRY}/metallb/speaker:{k8s_binaries.METALLB_VERSION}",
+}
 
 
 def addon_images() -> list[Image]:
@@ -684,6 +692,12 @@ def addon_images() -> list[Image]:
                         binary_root(("mariadb-operator", "/bin/mariadb-operator")),
                         binary_inputs("mariadb-operator"),
                         entrypoint=("/bin/mariadb-operator",), user=NONROOT))  # fmt: skip
+    for name, ref in METALLB_IMAGES.items():
+        path = "/" + name.removeprefix("metallb-")
+        # As MetalLB's images: the speaker runs as root (its raw sockets answer ARP).
+        user = "0:0" if name == "metallb-speaker" else NONROOT
+        images.append(Image(name, ref, binary_root((name, path)), binary_inputs(name),
+                            entrypoint=(path,), user=user))  # fmt: skip
     images.append(Image("mariadb", MARIADB_IMAGE, copy_root(mariadb_root),
                         lambda: root_recipe(mariadb_root()),
                         entrypoint=("tini", "-g", "--", "/usr/local/bin/mariadb-entrypoint.sh"),
@@ -822,9 +836,10 @@ def manifest_as_json(path: Path) -> object:
 
 
 def addon_charts() -> dict[str, Path]:
-    """KEDA's chart, the mariadb-operator's two, and cert-manager's where its release
-    sources are here."""
+    """KEDA's chart, the mariadb-operator's two, MetalLB's, and cert-manager's where its
+    release sources are here."""
     charts = {"keda": k8s_binaries.keda_chart(), **k8s_binaries.mariadb_operator_charts()}
+    charts["metallb"] = k8s_binaries.metallb_chart()
     if k8s_binaries.cert_manager_buildable():
         charts["cert-manager"] = k8s_binaries.cert_manager_local_chart()
     return charts
@@ -849,6 +864,7 @@ KIND_BINARIES = (
     "prometheus-operator",
     "prometheus-config-reloader",
     "mariadb-operator",
+    *METALLB_IMAGES,
 )
 
 
