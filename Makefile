@@ -21,7 +21,7 @@ SANITY_ROOT := $(or $(TMPDIR),/tmp)/hpcops-slinky-sanity/ansible_collections/hpc
 VERSION := $(shell sed -n 's/^version: *//p' galaxy.yml)
 TARBALL := $(BUILD)/dist/hpcops-slinky-$(VERSION).tar.gz
 # Every plugin the built tarball must carry (build-check reads their docs from it).
-EXPECTED_PLUGINS := slurm_info slurm_node slurm_job slurm_accounting_info lending_report mariadb_resource mariadb_storage_problems slurm admission_check hostlist_expand hostlist_compress helm_chart_args slurm_cluster_values slurm_cluster_autoscaling handover_check handover_plan lease node_handover handover_status_table handover_plan_table handover_run_summary handover_metrics handover_summary_line handover_settings_problems jwt_expiry node_preflight_facts containerd_cri_options node_preflight node_preflight_report node_prep_inventory_problems node_prep_sysctl_values show_table nodeset_rollout_pending statefulset_rollout_pending slurm_nodes_not_back
+EXPECTED_PLUGINS := slurm_info slurm_node slurm_job slurm_accounting_info lending_report mariadb_resource mariadb_storage_problems metallb_pool_problems metallb_resources load_balancer_problems slurm admission_check hostlist_expand hostlist_compress helm_chart_args slurm_cluster_values slurm_cluster_autoscaling handover_check handover_plan lease node_handover handover_status_table handover_plan_table handover_run_summary handover_metrics handover_summary_line handover_settings_problems jwt_expiry node_preflight_facts containerd_cri_options node_preflight node_preflight_report node_prep_inventory_problems node_prep_sysctl_values show_table nodeset_rollout_pending statefulset_rollout_pending slurm_nodes_not_back
 
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true

@@ -133,6 +133,13 @@ def metallb_pool_problems(
         return [str(err)]
 
 
+def load_balancer_problems(values: t.Any, provider: t.Any = "") -> list[str]:
+    """The slurm chart's Services of type LoadBalancer that no provider would serve."""
+    if not isinstance(values, dict):
+        raise AnsibleFilterError("load_balancer_problems: expected the slurm chart's values")
+    return metallb.load_balancer_problems(values, str(provider or ""))
+
+
 def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:
     """The IPAddressPool and L2Advertisement of each checked pool."""
     if not isinstance(pools, list) or not all(isinstance(p, dict) for p in pools):
@@ -251,6 +258,7 @@ class FilterModule:
             "helm_chart_args": helm_chart_args,
             "mariadb_resource": mariadb_resource,
             "mariadb_storage_problems": mariadb_storage_problems,
+            "load_balancer_problems": load_balancer_problems,
             "metallb_pool_problems": metallb_pool_problems,
             "metallb_resources": metallb_resources,
             "mirrored_image": mirrored_image,

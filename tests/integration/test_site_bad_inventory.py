@@ -267,6 +267,22 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "give one such as 16Gi",
     ),
     (
+        "login-service-with-no-load-balancer",
+        {"slurm_cluster_values": {"loginsets": {"team-a": {"enabled": True}}}},
+        "slurm_cluster_values: loginsets.team-a.service",
+        "add metallb to slinky_components",
+    ),
+    (
+        "metallb-pool-outside-the-nodes-network",
+        {
+            "slinky_components": ["metallb", "slurm_cluster"],
+            "metallb_node_networks": ["192.0.2.0/24"],
+            "metallb_address_pools": [{"name": "login", "addresses": ["198.51.100.0/28"]}],
+        },
+        "metallb_address_pools[0].addresses[0]",
+        "is not inside the nodes' networks (192.0.2.0/24)",
+    ),
+    (
         "chart-source-two-forms",
         {
             "slurm_cluster_chart": {

@@ -268,3 +268,38 @@ def metallb_resources(
             }
         )
     return resources
+
+
+def load_balancer_services(values: Mapping[str, t.Any]) -> list[str]:
+    """The slurm chart's Services of type LoadBalancer in these values: a login set's, unless
+    its type is set otherwise (both lines' charts default it to LoadBalancer), and the
+    controller's, slurmrestd's or slurmdbd's where the values ask for it."""
+    found = []
+    for section in ("controller", "restapi", "accounting"):
+        part = values.get(section) or {}
+        spec = (part.get("service") or {}).get("spec") or {}
+        if spec.get("type") == "LoadBalancer" and part.get("enabled", True):
+            found.append(f"{section}.service")
+    for name, given in sorted((values.get("loginsets") or {}).items()):
+        loginset = given or {}
+        if not loginset.get("enabled", True):
+            continue
+        spec = (loginset.get("service") or {}).get("spec") or {}
+        if spec.get("type", "LoadBalancer") == "LoadBalancer":
+            found.append(f"loginsets.{name}.service")
+    return found
+
+
+def load_balancer_problems(values: Mapping[str, t.Any], provider: str) -> list[str]:
+    """A Service of type LoadBalancer on a cluster with no provider for it stays pending with
+    no address: refused before any change, naming the Service and the three ways out."""
+    if str(provider or "").strip():
+        return []
+    return [
+        f"slurm_cluster_values: {service} is of type LoadBalancer, but the cluster has no "
+        "provider for it, so it would stay pending with no address (a bare-metal cluster has "
+        "none of its own, and Slinky ignores externalIPs); add metallb to slinky_components "
+        "with metallb_address_pools, set its spec.type to NodePort, or, where the site runs "
+        "a load balancer of its own, set slinky_load_balancer_provider to its name"
+        for service in load_balancer_services(values)
+    ]

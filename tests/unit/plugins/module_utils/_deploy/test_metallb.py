@@ -9,6 +9,8 @@ import pytest
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.metallb import (
     address_pool_problems,
+    load_balancer_problems,
+    load_balancer_services,
     metallb_resources,
 )
 
@@ -109,3 +111,26 @@ def test_the_resources_are_one_pool_and_one_l2_advertisement_each() -> None:
     }
     assert advertisement["kind"] == "L2Advertisement"
     assert advertisement["spec"] == {"ipAddressPools": ["login"], "interfaces": ["eth0"]}
+
+
+def test_a_login_service_of_the_charts_default_type_needs_a_provider() -> None:
+    values = {
+        "restapi": {"service": {"spec": {"type": "LoadBalancer"}}},
+        "accounting": {"enabled": False, "service": {"spec": {"type": "LoadBalancer"}}},
+        "loginsets": {
+            "team-a": {"enabled": True},  # the charts' default: LoadBalancer
+            "team-b": {"service": {"spec": {"type": "NodePort"}}},
+            "slinky": {"enabled": False},
+        },
+    }
+    assert load_balancer_services(values) == ["restapi.service", "loginsets.team-a.service"]
+    problems = load_balancer_problems(values, "")
+    assert len(problems) == 2
+    assert problems[1].startswith(
+        "slurm_cluster_values: loginsets.team-a.service is of type LoadBalancer, but the "
+        "cluster has no provider for it, so it would stay pending with no address"
+    )
+    assert "add metallb to slinky_components" in problems[1]
+    assert "set slinky_load_balancer_provider" in problems[1]
+    assert load_balancer_problems(values, "metallb") == []
+    assert load_balancer_problems({"loginsets": {"slinky": {"enabled": False}}}, "") == []
