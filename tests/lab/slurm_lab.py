@@ -552,21 +552,20 @@ StorageLoc={ACCT_DB}
 """
 
 
-def mariadb_command(release: Release) -> list[str]:
-    """mariadbd on 127.0.0.1 with the settings Slurm's accounting guide asks for, sized for
-    a lab (the guide's buffer pool is for a site's years of jobs: slurmdbd logs that it is
-    small). Snapshot isolation, on by default since MariaDB 11.8, makes slurmdbd fatal on a
-    write conflict (slurmdbd says so itself at start)."""
-    data = f"{IN_RUN}/mariadb"
+def mariadbd_argv(data: str, address: str, port: int) -> list[str]:
+    """mariadbd with its data in `data`, on address:port, with the settings Slurm's
+    accounting guide asks for, sized for a lab (the guide's buffer pool is for a site's years
+    of jobs: slurmdbd logs that it is small). Snapshot isolation, on by default since
+    MariaDB 11.8, makes slurmdbd fatal on a write conflict (slurmdbd says so itself at
+    start). Its log goes to stderr, which the caller keeps."""
     return [
         "mariadbd",
         "--no-defaults",
         f"--datadir={data}",
         f"--socket={data}/mariadbd.sock",
-        # Its log goes to stderr, which the lab keeps in log/mariadbd.out.
         f"--pid-file={data}/mariadbd.pid",
-        "--bind-address=127.0.0.1",
-        f"--port={release.mariadb_port}",
+        f"--bind-address={address}",
+        f"--port={port}",
         "--skip-name-resolve",
         "--innodb-snapshot-isolation=OFF",
         "--innodb-buffer-pool-size=64M",
@@ -574,6 +573,11 @@ def mariadb_command(release: Release) -> list[str]:
         "--innodb-lock-wait-timeout=900",
         "--max-allowed-packet=16M",
     ]
+
+
+def mariadb_command(release: Release) -> list[str]:
+    """The Slurm lab's mariadbd, on 127.0.0.1 (its log in log/mariadbd.out)."""
+    return mariadbd_argv(f"{IN_RUN}/mariadb", "127.0.0.1", release.mariadb_port)
 
 
 def hosts_file(release: Release) -> str:

@@ -59,6 +59,7 @@ from slurm_lab import (
     ensure_chroot,
     lab_jwt,
     lab_leftovers,
+    mariadbd_argv,
     remove_lab_network,
 )
 from toolbox import (
@@ -298,22 +299,7 @@ class SlinkyCluster:
         log_path = self.lab.run_dir / "log" / "mariadbd.out"
         with log_path.open("ab") as out:
             subprocess.Popen(
-                [
-                    "mariadbd",
-                    "--no-defaults",
-                    f"--datadir={DATABASE_DIR}",
-                    f"--socket={DATABASE_DIR}/mariadbd.sock",
-                    f"--pid-file={DATABASE_DIR}/mariadbd.pid",
-                    f"--bind-address={host}",
-                    f"--port={DATABASE_PORT}",
-                    "--skip-name-resolve",
-                    # On by default since MariaDB 11.8; slurmdbd is fatal on its conflicts.
-                    "--innodb-snapshot-isolation=OFF",
-                    "--innodb-buffer-pool-size=64M",
-                    "--innodb-log-file-size=64M",
-                    "--innodb-lock-wait-timeout=900",
-                    "--max-allowed-packet=16M",
-                ],
+                mariadbd_argv(DATABASE_DIR, host, DATABASE_PORT),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
