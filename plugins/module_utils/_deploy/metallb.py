@@ -83,10 +83,9 @@ def _networks(values: t.Any, variable: str) -> list[t.Any]:
 
 
 def _shown(addresses: t.Any) -> str:
-    """An IPSet as the ranges it holds, shortest form first."""
-    return ", ".join(str(cidr) for cidr in addresses.iter_cidrs()[:4]) + (
-        ", ..." if len(addresses.iter_cidrs()) > 4 else ""
-    )
+    """An IPSet as the ranges it holds, the first four of them."""
+    cidrs = addresses.iter_cidrs()
+    return ", ".join(str(cidr) for cidr in cidrs[:4]) + (", ..." if len(cidrs) > 4 else "")
 
 
 def _reserved(service_cidr: str, pod_cidr: str, problems: list[str]) -> list[tuple[str, t.Any]]:

@@ -24,7 +24,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_relea
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
     CHART_LINES,
+    ConfigError,
     restated_slurm_conf,
+    slurm_release,
 )
 
 HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
@@ -220,10 +222,10 @@ def _image_tag(image: t.Any) -> str:
 
 def _slurm_release(tag: str) -> tuple[int, int] | None:
     """'25.11-ubuntu24.04' -> (25, 11); None for a tag that names no Slurm release."""
-    head = tag.split("-", 1)[0].split(".")
-    if len(head) < 2 or not (head[0].isdigit() and head[1].isdigit()):
+    try:
+        return slurm_release(tag.split("-", 1)[0], "the image tag")
+    except ConfigError:
         return None
-    return int(head[0]), int(head[1])
 
 
 def _holding(new: t.Any, old: t.Any, programs: frozenset[str]) -> t.Any:
@@ -358,8 +360,8 @@ def upgrade_report(
     )
     slurm_change = slurm_release_change(old_values, new_values)
     stages: list[dict[str, t.Any]] = []
+    before, after = (_release_name(r) for r in slurm_change) if slurm_change else ("", "")
     if slurm_change:
-        before, after = (_release_name(r) for r in slurm_change)
         if slurm_change[1] < slurm_change[0]:
             refusals.append(
                 f"slurmdbd would go from Slurm {before} back to {after}: Slurm cannot go back a "
@@ -385,7 +387,6 @@ def upgrade_report(
         changes += _image_changes(old_values, new_values)
         if slurm_change:
             stages = slurm_upgrade_stages(old_values, new_values)
-            before, after = (_release_name(r) for r in slurm_change)
             backup = (
                 "the mariadb-operator backs the database up first"
                 if database_backup == "operator"
@@ -415,10 +416,6 @@ def upgrade_report(
         "dropped_nodesets": dropped_nodesets,
         "dropped_partitions": dropped_partitions,
         "drain_nodesets": drain,
-        "slurm_release": (
-            {"installed": _release_name(slurm_change[0]), "wanted": _release_name(slurm_change[1])}
-            if slurm_change
-            else None
-        ),
+        "slurm_release": ({"installed": before, "wanted": after} if slurm_change else None),
         "slurm_stages": stages,
     }
