@@ -33,7 +33,13 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluste
     build_values,
     controller_metrics_url,
     controller_name,
+    directory_objects,
     nodeset_object_name,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
+    login_addresses,
+    login_services_pending,
+    login_sets_not_ready,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.storage import (
     controller_storage_problems,
@@ -138,6 +144,56 @@ def load_balancer_problems(values: t.Any, provider: t.Any = "") -> list[str]:
     if not isinstance(values, dict):
         raise AnsibleFilterError("load_balancer_problems: expected the slurm chart's values")
     return metallb.load_balancer_problems(values, str(provider or ""))
+
+
+def login_address_problems(values: t.Any, pools: t.Any = None) -> list[str]:
+    """The login sets' addresses that no pool of metallb_address_pools holds."""
+    if not isinstance(values, dict) or not isinstance(pools or [], list):
+        raise AnsibleFilterError(
+            "login_address_problems: expected the chart values (a mapping) and "
+            "metallb_address_pools (a list)"
+        )
+    try:
+        return metallb.login_address_problems(values, pools or [])
+    except metallb.MetallbConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+def slurm_cluster_directory_objects(
+    settings: t.Any, bind_password: t.Any = "", namespace: str = "slurm"
+) -> list[dict[str, t.Any]]:
+    """The directory client's Secret and the nsswitch.conf ConfigMap of the Slurm pods."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(
+            "slurm_cluster_directory_objects: expected the role's settings as a mapping"
+        )
+    try:
+        return directory_objects(settings, str(bind_password or ""), str(namespace))
+    except ConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+def _objects(name: str, objects: t.Any) -> list[dict[str, t.Any]]:
+    if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
+        raise AnsibleFilterError(
+            f"{name}: expected a list of Kubernetes objects (k8s_info resources)"
+        )
+    return objects
+
+
+def slurm_login_sets_not_ready(deployments: t.Any, expected: t.Any = 0) -> list[str]:
+    """The login sets whose pods are not all ready, and how many have no Deployment yet."""
+    return login_sets_not_ready(_objects("slurm_login_sets_not_ready", deployments), int(expected))
+
+
+def slurm_login_services_pending(services: t.Any) -> list[str]:
+    """The login Services of type LoadBalancer that have no address yet."""
+    return login_services_pending(_objects("slurm_login_services_pending", services))
+
+
+def slurm_login_addresses(services: t.Any) -> dict[str, dict[str, t.Any]]:
+    """How each login Service is reached."""
+    return login_addresses(_objects("slurm_login_addresses", services))
 
 
 def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:
@@ -260,6 +316,11 @@ class FilterModule:
             "mariadb_storage_problems": mariadb_storage_problems,
             "load_balancer_problems": load_balancer_problems,
             "metallb_pool_problems": metallb_pool_problems,
+            "login_address_problems": login_address_problems,
+            "slurm_login_sets_not_ready": slurm_login_sets_not_ready,
+            "slurm_login_services_pending": slurm_login_services_pending,
+            "slurm_login_addresses": slurm_login_addresses,
+            "slurm_cluster_directory_objects": slurm_cluster_directory_objects,
             "metallb_resources": metallb_resources,
             "mirrored_image": mirrored_image,
             "nodeset_rollout_pending": nodeset_rollout_pending,

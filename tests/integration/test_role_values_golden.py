@@ -77,6 +77,7 @@ def example_nodes() -> list[dict[str, t.Any]]:
         *(node(f"gpu{i:02d}", "slurm-gpu", gpus=8) for i in range(1, 9)),
         *(node(f"jup{i:02d}", "interactive") for i in range(1, 7)),
         *(node(f"inf{i:02d}", "interactive", gpus=8) for i in range(1, 3)),
+        *(node(f"svc{i:02d}", "services") for i in range(1, 4)),
     ]
 
 

@@ -268,9 +268,35 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
     ),
     (
         "login-service-with-no-load-balancer",
-        {"slurm_cluster_values": {"loginsets": {"team-a": {"enabled": True}}}},
-        "slurm_cluster_values: loginsets.team-a.service",
+        {"slurm_cluster_login_sets": {"team-a": {}}},
+        "slurm_cluster_login_sets.team-a.service.type",
         "add metallb to slinky_components",
+    ),
+    (
+        "login-set-on-the-lendable-pool",
+        {
+            "slurm_cluster_login_sets": {
+                "team-a": {
+                    "node_selector": {"hpcops.io/pool": "interactive"},
+                    "service": {"type": "NodePort"},
+                }
+            }
+        },
+        "slurm_cluster_login_sets.team-a.node_selector",
+        "select nodes that are never lent",
+    ),
+    (
+        "directory-bind-password-secret-missing",
+        {
+            "slurm_cluster_directory": {
+                "uris": ["ldap://127.0.0.1:1"],
+                "base_dn": "dc=example,dc=org",
+                "bind_dn": "cn=reader,dc=example,dc=org",
+                "bind_password_secret": {"name": "hpcops-no-such-secret", "key": "password"},
+            }
+        },
+        "slurm_cluster_directory.bind_password_secret: there is no Secret hpcops-no-such-secret",
+        "create it",
     ),
     (
         "metallb-pool-outside-the-nodes-network",

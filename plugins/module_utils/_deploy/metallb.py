@@ -27,6 +27,8 @@ except ImportError:  # the filter says what is missing
 API_VERSION = "metallb.io/v1beta1"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MANAGED_BY = "hpcops.slinky"
+# The address a Service asks of MetalLB's pools (v0.13 and later).
+ADDRESS_ANNOTATION = "metallb.universe.tf/loadBalancerIPs"
 POOL_KEYS = frozenset({"name", "addresses", "auto_assign", "avoid_buggy_ips", "l2_interfaces"})
 
 
@@ -294,11 +296,44 @@ def load_balancer_problems(values: Mapping[str, t.Any], provider: str) -> list[s
     no address: refused before any change, naming the Service and the three ways out."""
     if str(provider or "").strip():
         return []
-    return [
-        f"slurm_cluster_values: {service} is of type LoadBalancer, but the cluster has no "
-        "provider for it, so it would stay pending with no address (a bare-metal cluster has "
-        "none of its own, and Slinky ignores externalIPs); add metallb to slinky_components "
-        "with metallb_address_pools, set its spec.type to NodePort, or, where the site runs "
-        "a load balancer of its own, set slinky_load_balancer_provider to its name"
-        for service in load_balancer_services(values)
-    ]
+    problems = []
+    for service in load_balancer_services(values):
+        if service.startswith("loginsets."):
+            name = service.split(".")[1]
+            where, node_port = (
+                f"slurm_cluster_login_sets.{name}.service.type",
+                "service.type NodePort",
+            )
+        else:
+            where, node_port = f"slurm_cluster_values: {service}.spec.type", "spec.type NodePort"
+        problems.append(
+            f"{where}: the Service is of type LoadBalancer, but the cluster has no provider for "
+            "it, so it would stay pending with no address (a bare-metal cluster has none of its "
+            "own, and Slinky ignores externalIPs); add metallb to slinky_components with "
+            f"metallb_address_pools, set {node_port}, or, where the site runs a load balancer "
+            "of its own, set slinky_load_balancer_provider to its name"
+        )
+    return problems
+
+
+def login_address_problems(
+    values: Mapping[str, t.Any], pools: Sequence[Mapping[str, t.Any]]
+) -> list[str]:
+    """A login set's address that no MetalLB pool holds would leave its Service pending."""
+    problems = []
+    for name, loginset in sorted((values.get("loginsets") or {}).items()):
+        service = loginset.get("service") or {}
+        address = ((service.get("metadata") or {}).get("annotations") or {}).get(ADDRESS_ANNOTATION)
+        if not address or not loginset.get("enabled", True):
+            continue
+        wanted = address_set(str(address), f"slurm_cluster_login_sets.{name}.service.address")
+        for index, pool in enumerate(pools):
+            for entry in pool.get("addresses") or []:
+                wanted -= address_set(str(entry), f"metallb_address_pools[{index}].addresses")
+        if wanted:
+            problems.append(
+                f"slurm_cluster_login_sets.{name}.service.address: {address} is in no pool of "
+                "metallb_address_pools, so MetalLB would never give it; pick an address of a pool "
+                "or add one"
+            )
+    return problems

@@ -19,10 +19,20 @@ import typing as t
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_release import (
     ReleaseError,
     release_line,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
+    NSSWITCH_FILE,
+    add_directory,
+    directory_conf,
+    directory_names,
+    directory_settings,
+    login_set_values,
+    nsswitch_conf,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.quantity import quantity
 
@@ -209,14 +219,6 @@ ACCOUNTING_POLICY = {
     "PriorityWeightFairshare": "10000",
     "PriorityWeightAge": "1000",
 }
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work: the variable at fault and what to do."""
-
-    def __init__(self, variable: str, problem: str, fix: str) -> None:
-        super().__init__(f"{variable}: {problem}; {fix}")
-        self.variable = variable
 
 
 @dataclass(frozen=True)
@@ -1205,21 +1207,54 @@ def _config_files(
     return config_files
 
 
+def slurm_image(settings: Mapping[str, t.Any], name: str) -> dict[str, str]:
+    """The repository and tag of one of the Slurm images (slurmctld, login, ...)."""
+    release = slurm_release(settings.get("slurm_version", ""), "slurm_cluster_slurm_version")
+    image_os = release_line(settings["chart_version"], "slurm_cluster_chart_version").image_os
+    registry = str(settings.get("image_registry", "ghcr.io/slinkyproject")).rstrip("/")
+    tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-{image_os}")
+    return {"repository": f"{registry}/{name}", "tag": tag}
+
+
+def directory_objects(
+    settings: Mapping[str, t.Any], bind_password: str, namespace: str
+) -> list[dict[str, t.Any]]:
+    """The Secret with the directory client's configuration (it holds the bind password)
+    and the ConfigMap with the Slurm containers' nsswitch.conf; none without a directory."""
+    directory = directory_settings(settings.get("directory"), slurm_image(settings, "login"))
+    if directory is None:
+        return []
+    line = chart_line(settings.get("chart_version", ""), "slurm_cluster_chart_version")
+    names = directory_names(str(settings.get("release") or CHART_NAME))
+    labels = {"app.kubernetes.io/managed-by": "hpcops.slinky"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": names["secret"], "namespace": namespace, "labels": labels},
+            "stringData": directory_conf(directory, bind_password, line.name),
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": names["nsswitch"], "namespace": namespace, "labels": labels},
+            "data": {NSSWITCH_FILE: nsswitch_conf(directory)},
+        },
+    ]
+
+
 def build_values(
     settings: Mapping[str, t.Any], k8s_nodes: Sequence[Mapping[str, t.Any]]
 ) -> dict[str, t.Any]:
     """The slurm chart's values for the site; ConfigError on a setting that cannot work."""
     release = slurm_release(settings.get("slurm_version", ""), "slurm_cluster_slurm_version")
     line = chart_line(settings.get("chart_version", ""), "slurm_cluster_chart_version")
-    image_os = release_line(settings["chart_version"], "slurm_cluster_chart_version").image_os
     pools, plans = _plans(settings, k8s_nodes)
     scaled = {entry["nodeset"]: entry for entry in _autoscaling(settings, pools, plans)}
 
-    registry = str(settings.get("image_registry", "ghcr.io/slinkyproject")).rstrip("/")
-    tag = str(settings.get("image_tag") or f"{release[0]}.{release[1]:02d}-{image_os}")
-
     def image(name: str) -> dict[str, str]:
-        return {"repository": f"{registry}/{name}", "tag": tag}
+        return slurm_image(settings, name)
 
     # The log sidecars: the chart's default (docker.io alpine:latest) is neither pinned nor
     # mirrored.
@@ -1297,9 +1332,25 @@ def build_values(
             "login": {"image": image("login")},
             "initconf": {"image": logfile_image},
         }
+    login_sets = login_set_values(
+        settings.get("login_sets"),
+        image("login"),
+        logfile_image,
+        [
+            {str(k): str(v) for k, v in _mapping(pool.get("node_selector"), "").items()}
+            for pool in pools.values()
+            if pool.get("kind") == "lendable"
+        ],
+        [Node.from_k8s(obj).labels for obj in k8s_nodes],
+    )
+    if login_sets:
+        values["loginsets"] = login_sets
+    directory = directory_settings(settings.get("directory"), image("login"))
     values = merged(line.chart_defaults_off, values)
     values = merged(values, _mapping(settings.get("values"), "slurm_cluster_values"))
     _check_nodeset_keys(line, settings, values)
+    # After the site's values: the directory's pieces join the pods' own lists.
+    add_directory(values, directory, str(settings.get("release") or CHART_NAME))
     if accounting and not values["accounting"].get("external"):
         _wait_for_slurmdbd(values, str(settings.get("release") or CHART_NAME), settings)
     return values

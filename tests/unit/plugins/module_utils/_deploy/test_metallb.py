@@ -127,9 +127,10 @@ def test_a_login_service_of_the_charts_default_type_needs_a_provider() -> None:
     problems = load_balancer_problems(values, "")
     assert len(problems) == 2
     assert problems[1].startswith(
-        "slurm_cluster_values: loginsets.team-a.service is of type LoadBalancer, but the "
-        "cluster has no provider for it, so it would stay pending with no address"
+        "slurm_cluster_login_sets.team-a.service.type: the Service is of type LoadBalancer, "
+        "but the cluster has no provider for it, so it would stay pending with no address"
     )
+    assert problems[0].startswith("slurm_cluster_values: restapi.service.spec.type: the Service")
     assert "add metallb to slinky_components" in problems[1]
     assert "set slinky_load_balancer_provider" in problems[1]
     assert load_balancer_problems(values, "metallb") == []
