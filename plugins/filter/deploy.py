@@ -13,6 +13,7 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, metallb, rollout
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
@@ -28,7 +29,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_upgra
     upgrade_report,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
-    ConfigError,
     autoscaling,
     build_values,
     controller_metrics_url,

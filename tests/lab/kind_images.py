@@ -30,6 +30,10 @@ recipe it was built from, so ``build`` rebuilds only what changed.
 * ``hpcops.local/metallb/{controller,speaker}:v0.16.2`` from MetalLB's module (built against
   frr-k8s v0.0.26, the newest the proxy serves, with the one type of v0.0.27 it names; L2
   mode never uses it).
+* ``hpcops.local/slinky/login:<slurm>-debian-forky``: the Slurm image with sackd, sshd and
+  the directory client Debian forky has (nslcd; no SSSD), entrypoint ``kind/login-entrypoint.sh``;
+  the directory sidecar of every Slurm pod runs from it too.  ``hpcops.local/library/slapd``:
+  Debian forky's slapd as the site's directory (``kind/slapd-entrypoint.sh``).
 * ``hpcops.local/mariadb-operator/mariadb-operator:25.10.2`` from its module, and
   ``hpcops.local/library/mariadb:<version>`` from Debian forky's mariadb-server with an
   entrypoint of our own (``kind/mariadb-entrypoint.sh``) that honours what the operator
@@ -257,6 +261,70 @@ def slurm_root() -> Path:
 
     recipe = f"1 {' '.join(SLURM_PACKAGES)} {asset_digest(*SLURM_SCRIPTS)}"
     return cached_root(f"{SLURM_SUITE}-slurm", recipe, build)
+
+
+# The login image adds to the Slurm image what Slinky's login image runs: sackd and sshd,
+# and the directory's client (nslcd: forky has no SSSD), which every Slurm pod's directory
+# sidecar runs from this image too.
+LOGIN_PACKAGES = ["sackd", "openssh-server", "nslcd", "libnss-ldapd"]
+LOGIN_SCRIPTS = ("login-entrypoint.sh",)
+
+
+def login_root() -> Path:
+    def build(root: Path, log_path: Path) -> None:
+        subprocess.run(["cp", "-a", f"{slurm_root()}/.", str(root)], check=True)
+        # No service starts in a chroot (nslcd's and sshd's postinst would try).
+        policy = root / "usr/sbin/policy-rc.d"
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+        with proc_mounted(root):
+            apt_install(root, log_path, LOGIN_PACKAGES)
+        policy.unlink()
+        # An unprivileged container may not set the audit login uid: the session must
+        # not fail on it, as in Slinky's login image.
+        pam = root / "etc/pam.d/sshd"
+        pam.write_text(
+            pam.read_text().replace("session    required     pam_loginuid.so",
+                                    "session    optional     pam_loginuid.so")
+        )  # fmt: skip
+        # Host keys come from the operator's Secret, never from the image.
+        for key in (root / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        for script in LOGIN_SCRIPTS:
+            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
+            (root / "usr/local/bin" / script).chmod(0o755)
+
+    recipe = (
+        f"1 {root_recipe(slurm_root())} {' '.join(LOGIN_PACKAGES)} {asset_digest(*LOGIN_SCRIPTS)}"
+    )
+    return cached_root(f"{SLURM_SUITE}-login", recipe, build)
+
+
+SLAPD_SUITE = "forky"
+SLAPD_SCRIPTS = ("slapd-entrypoint.sh",)
+
+
+def slapd_root() -> Path:
+    """Debian's slapd, the site's directory in the kind scenarios."""
+
+    def build(root: Path, log_path: Path) -> None:
+        debootstrap(SLAPD_SUITE, root, log_path)
+        policy = root / "usr/sbin/policy-rc.d"
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+        with proc_mounted(root):
+            apt_install(root, log_path, ["slapd", "ldap-utils", "tini"])
+        policy.unlink()
+        # The package's own database (dc=nodomain) and online configuration are a host's:
+        # the entrypoint writes its own.
+        for path in ("var/lib/ldap", "etc/ldap/slapd.d"):
+            shutil.rmtree(root / path, ignore_errors=True)
+        for script in SLAPD_SCRIPTS:
+            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
+            (root / "usr/local/bin" / script).chmod(0o755)
+
+    recipe = f"1 slapd ldap-utils tini {asset_digest(*SLAPD_SCRIPTS)}"
+    return cached_root(f"{SLAPD_SUITE}-slapd", recipe, build)
 
 
 MARIADB_SUITE = "forky"
@@ -620,6 +688,12 @@ def catalogue() -> dict[str, Image]:
         slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
                     user=f"{SLURMRESTD_UID}:{SLURMRESTD_UID}"),
         slurm_image("slurmdbd", entrypoint=("tini", "-g", "--", "slurmdbd", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
+        Image("login", f"{SLURM_REPOSITORY}/login:{{slurm}}-debian-{SLURM_SUITE}", copy_root(login_root),
+              lambda: root_recipe(login_root()),
+              entrypoint=("tini", "-g", "--", "/usr/local/bin/login-entrypoint.sh")),
+        Image("slapd", f"{REGISTRY}/library/slapd:{{slapd}}", copy_root(slapd_root),
+              lambda: root_recipe(slapd_root()),
+              entrypoint=("tini", "-g", "--", "/usr/local/bin/slapd-entrypoint.sh")),
     ]  # fmt: skip
     node = Image(
         "kind-node",
@@ -731,6 +805,8 @@ def resolve_ref(image: Image) -> str:
         return image.ref.format(mariadb=package_version(mariadb_root(), "mariadb-server"))
     if "{prometheus}" in image.ref:
         return image.ref.format(prometheus=package_version(prometheus_root(), "prometheus"))
+    if "{slapd}" in image.ref:
+        return image.ref.format(slapd=package_version(slapd_root(), "slapd"))
     return image.ref
 
 
@@ -815,6 +891,7 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     (CHECKOUT_DIR / "load-images.txt").write_text("\n".join(load) + "\n")
     (CHECKOUT_DIR / "slurm-image-tag").write_text(refs["slurmd"].rsplit(":", 1)[1])
     (CHECKOUT_DIR / "mariadb-image-tag").write_text(refs["mariadb"].rsplit(":", 1)[1])
+    (CHECKOUT_DIR / "slapd-image").write_text(refs["slapd"])
     (CHECKOUT_DIR / "slinky-version").write_text(SLINKY_VERSION + "\n")
     log(
         f"kind runs Slinky {SLINKY_VERSION}, from {k8s_binaries.slinky_origin('v' + SLINKY_VERSION)}"
@@ -918,7 +995,14 @@ def prepare_roots() -> None:
     """The root filesystems that need no Go binary, then node_prep's Debian hosts."""
     started = time.monotonic()
     with build_lock():
-        for root in (bookworm_base, slurm_root, mariadb_root, prometheus_root):
+        for root in (
+            bookworm_base,
+            slurm_root,
+            login_root,
+            slapd_root,
+            mariadb_root,
+            prometheus_root,
+        ):
             root()
         # The Debian 12 and 13 hosts of the bare-metal preflight test; node_hosts builds on
         # this module, hence the late import.

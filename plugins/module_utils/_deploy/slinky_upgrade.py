@@ -17,6 +17,7 @@ from __future__ import annotations
 import typing as t
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_release import (
     ReleaseError,
     parse_version,
@@ -24,7 +25,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_relea
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
     CHART_LINES,
-    ConfigError,
     restated_slurm_conf,
     slurm_release,
 )

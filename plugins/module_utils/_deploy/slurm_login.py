@@ -416,7 +416,7 @@ def _pod_parts(
         {"name": NSS_VOLUME, "emptyDir": {"medium": "Memory"}},
         {"name": NSSWITCH_VOLUME, "configMap": {"name": names["nsswitch"]}},
     ]
-    sidecar_mounts = [
+    sidecar_mounts: list[dict[str, t.Any]] = [
         {"name": CONF_VOLUME, "mountPath": f"{client.conf_dir}/{client.conf_file}",
          "subPath": client.conf_file, "readOnly": True},
         {"name": SOCKET_VOLUME, "mountPath": client.socket_dir},
@@ -426,7 +426,7 @@ def _pod_parts(
         sidecar_mounts.append(dict(CA_MOUNT))
     image = f"{directory.image['repository']}:{directory.image['tag']}"
     library = f"{directory.nss_library_dir}/{client.nss_library}"
-    init = [
+    init: list[dict[str, t.Any]] = [
         {
             # The main container's image may lack the client's NSS library (Slinky's
             # slurmctld and slurmrestd have none): it gets the sidecar image's copy.
@@ -436,7 +436,7 @@ def _pod_parts(
             "volumeMounts": [{"name": NSS_VOLUME, "mountPath": "/nss"}],
         }
     ]
-    sidecar = {
+    sidecar: dict[str, t.Any] = {
         "name": SIDECAR,
         "image": image,
         "command": list(client.command),
@@ -446,7 +446,7 @@ def _pod_parts(
         "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
         "volumeMounts": sidecar_mounts,
     }
-    main_mounts = [
+    main_mounts: list[dict[str, t.Any]] = [
         {"name": SOCKET_VOLUME, "mountPath": client.socket_dir},
         {"name": NSS_VOLUME, "mountPath": library, "subPath": client.nss_library, "readOnly": True},
         {"name": NSSWITCH_VOLUME, "mountPath": "/etc/nsswitch.conf", "subPath": NSSWITCH_FILE,
