@@ -111,8 +111,8 @@ def main() -> int:
         authorize(key)
         argv = ssh_argv(key, Path(scratch) / "known_hosts", address)
         ssh_to_prompt(argv)  # the host key learnt, ada's home read once
-        logins = [ssh_to_prompt(argv) for _ in range(args.trials)]
-        starts = [sbatch_to_running(argv) for _ in range(max(1, args.trials // 2))]
+        logins = [ssh_to_prompt(argv) for _trial in range(args.trials)]
+        starts = [sbatch_to_running(argv) for _trial in range(max(1, args.trials // 2))]
     print(f"login set at {address} (MetalLB L2), user {USER} from the directory (nslcd sidecar)")
     print(f"{'seconds':<22} {'trials':>6} {'p50':>8} {'p95':>8} {'max':>8}")
     print(row("ssh to a prompt", logins))

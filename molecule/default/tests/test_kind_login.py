@@ -88,7 +88,7 @@ def login(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Login]:
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / user)], check=True
         )
-    for user, (uid, _) in USERS.items():
+    for user, (uid, _group) in USERS.items():
         ssh_dir = HOME / user / ".ssh"
         ssh_dir.mkdir(mode=0o700, exist_ok=True)
         authorized = ssh_dir / "authorized_keys"
