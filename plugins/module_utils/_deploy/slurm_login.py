@@ -47,8 +47,9 @@ LOGIN_SET_KEYS = frozenset(
     }
 )
 SERVICE_KEYS = frozenset({"type", "address", "port", "node_port", "annotations"})
-# sshd settings the login image relies on: Slinky's image starts sshd with its own
-# AuthorizedKeysFile and PAM; changing them locks everyone out.
+# sshd settings the operator and the login pod fix: UsePAM and Subsystem are in the
+# operator's sshd_config, the Service and the container port are 22, and the host keys and
+# the pid file are the container's. Changing them stops sshd or skips the directory.
 SSHD_FIXED = frozenset({"usepam", "port", "hostkey", "pidfile", "subsystem"})
 SSHD_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
@@ -395,11 +396,16 @@ def directory_names(release: str) -> dict[str, str]:
     return {"secret": f"{release}-directory", "nsswitch": f"{release}-nsswitch"}
 
 
-def _pod_parts(
-    directory: Directory, release: str
-) -> tuple[
-    list[dict[str, t.Any]], list[dict[str, t.Any]], dict[str, t.Any], list[dict[str, t.Any]]
-]:
+class PodParts(t.NamedTuple):
+    """What the directory adds to one pod."""
+
+    volumes: list[dict[str, t.Any]]
+    init_containers: list[dict[str, t.Any]]
+    sidecar: dict[str, t.Any]
+    main_mounts: list[dict[str, t.Any]]
+
+
+def _pod_parts(directory: Directory, release: str) -> PodParts:
     """The volumes, init container, sidecar and main-container mounts of one pod."""
     client = directory.client
     names = directory_names(release)
@@ -452,7 +458,7 @@ def _pod_parts(
         {"name": NSSWITCH_VOLUME, "mountPath": "/etc/nsswitch.conf", "subPath": NSSWITCH_FILE,
          "readOnly": True},
     ]  # fmt: skip
-    return volumes, init, sidecar, main_mounts
+    return PodParts(volumes, init, sidecar, main_mounts)
 
 
 def _ca_volume(ca: Mapping[str, str]) -> dict[str, t.Any]:
@@ -479,18 +485,23 @@ def _add_to_pod(
     part: dict[str, t.Any], container_key: str, directory: Directory, release: str
 ) -> None:
     """The directory's client in one component's pod, beside what the site's values gave."""
-    volumes, init, sidecar, mounts = _pod_parts(directory, release)
+    parts = _pod_parts(directory, release)
     pod = part.setdefault("podSpec", {})
     taken = {v.get("name") for v in pod.get("volumes") or []}
-    pod["volumes"] = list(pod.get("volumes") or []) + [v for v in volumes if v["name"] not in taken]
+    pod["volumes"] = list(pod.get("volumes") or []) + [
+        v for v in parts.volumes if v["name"] not in taken
+    ]
     inits = list(pod.get("initContainers") or [])
-    pod["initContainers"] = [*init, *(c for c in inits if c.get("name") != NSS_INIT)]
+    pod["initContainers"] = [
+        *parts.init_containers,
+        *(c for c in inits if c.get("name") != NSS_INIT),
+    ]
     containers = list(pod.get("containers") or [])
-    pod["containers"] = [*(c for c in containers if c.get("name") != SIDECAR), sidecar]
+    pod["containers"] = [*(c for c in containers if c.get("name") != SIDECAR), parts.sidecar]
     container = part.setdefault(container_key, {})
     own = list(container.get("volumeMounts") or [])
     paths = {m.get("mountPath") for m in own}
-    container["volumeMounts"] = own + [m for m in mounts if m["mountPath"] not in paths]
+    container["volumeMounts"] = own + [m for m in parts.main_mounts if m["mountPath"] not in paths]
 
 
 def add_directory(values: dict[str, t.Any], directory: Directory | None, release: str) -> None:
