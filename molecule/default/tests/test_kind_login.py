@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,6 +99,7 @@ def login(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Login]:
             os.chown(path, uid, uid)
     ingress = login_service()["status"]["loadBalancer"]["ingress"]
     yield Login(ingress[0]["ip"], keys, keys / "known_hosts")
+    shutil.rmtree(keys, ignore_errors=True)  # private keys never outlive the tests
 
 
 def squeue_state(login: Login, user: str, job_id: int) -> str:
