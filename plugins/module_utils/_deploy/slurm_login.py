@@ -134,6 +134,19 @@ def _mapping(value: t.Any, variable: str) -> Mapping[str, t.Any]:
     return value
 
 
+def _check_keys(
+    given: Mapping[str, t.Any], known: frozenset[str], variable: str, what: str
+) -> None:
+    """A misspelt or unknown key is named with the ones there are, never ignored."""
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(
+            f"{variable}.{unknown[0]}",
+            f"is not a {what} setting",
+            f"use {', '.join(sorted(known))}",
+        )
+
+
 def _secret_ref(value: t.Any, variable: str) -> dict[str, str]:
     ref = _mapping(value, variable)
     if not ref.get("name") or not ref.get("key"):
@@ -224,13 +237,7 @@ def _bind_password_secret(given: Mapping[str, t.Any], bind_dn: str) -> dict[str,
 
 
 def _client(given: Mapping[str, t.Any]) -> DirectoryClient:
-    unknown = sorted(set(given) - DIRECTORY_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{DIRECTORY_VAR}.{unknown[0]}",
-            "is not a directory setting",
-            f"use {', '.join(sorted(DIRECTORY_KEYS))}",
-        )
+    _check_keys(given, DIRECTORY_KEYS, DIRECTORY_VAR, "directory")
     name = str(given.get("client", "sssd"))
     if name not in DIRECTORY_CLIENTS:
         raise ConfigError(
@@ -590,13 +597,7 @@ def _sshd_config(value: t.Any, variable: str) -> str | None:
 
 def _service(value: t.Any, variable: str) -> dict[str, t.Any]:
     given = _mapping(value, variable)
-    unknown = sorted(set(given) - SERVICE_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{variable}.{unknown[0]}",
-            "is not a service setting",
-            f"use {', '.join(sorted(SERVICE_KEYS))}",
-        )
+    _check_keys(given, SERVICE_KEYS, variable, "service")
     kind = str(given.get("type", "LoadBalancer"))
     if kind not in SERVICE_TYPES:
         raise ConfigError(
@@ -668,13 +669,7 @@ def login_set_values(
                 "use lower-case letters, digits and '-', starting with a letter, at most 30 characters",
             )
         given = _mapping(given_value, var)
-        unknown = sorted(set(given) - LOGIN_SET_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{var}.{unknown[0]}",
-                "is not a login set setting",
-                f"use {', '.join(sorted(LOGIN_SET_KEYS))}",
-            )
+        _check_keys(given, LOGIN_SET_KEYS, var, "login set")
         replicas = given.get("replicas", 1)
         if not isinstance(replicas, int) or isinstance(replicas, bool) or not 0 <= replicas <= 100:
             raise ConfigError(
