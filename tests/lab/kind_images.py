@@ -63,7 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -204,6 +204,26 @@ def apt_install(root: Path, log_path: Path, packages: Sequence[str]) -> None:
     (root / "var/lib/apt/lists/partial").mkdir(parents=True)
 
 
+def install_scripts(root: Path, names: Sequence[str]) -> None:
+    """Our entrypoints (tests/lab/kind/) into the root's /usr/local/bin."""
+    for name in names:
+        shutil.copyfile(ASSETS / name, root / "usr/local/bin" / name)
+        (root / "usr/local/bin" / name).chmod(0o755)
+
+
+@contextlib.contextmanager
+def services_held(root: Path) -> Iterator[None]:
+    """No package's service starts in the chroot while packages install (sshd's, nslcd's
+    and slapd's postinst would try): Debian's policy-rc.d convention."""
+    policy = root / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    try:
+        yield
+    finally:
+        policy.unlink()
+
+
 def cached_root(name: str, recipe: str, build: Callable[[Path, Path], None]) -> Path:
     """A root filesystem under ROOTS_DIR, rebuilt when its recipe string changes."""
     root = ROOTS_DIR / name
@@ -255,9 +275,7 @@ def slurm_root() -> Path:
         for path in ("var/spool/slurmd", "var/spool/slurmctld", "run/slurm", "var/log/slurm"):
             (root / path).mkdir(parents=True, exist_ok=True)
         shutil.chown(root / "var/spool/slurmctld", SLURM_UID, SLURM_UID)
-        for script in SLURM_SCRIPTS:
-            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
-            (root / "usr/local/bin" / script).chmod(0o755)
+        install_scripts(root, SLURM_SCRIPTS)
 
     recipe = f"1 {' '.join(SLURM_PACKAGES)} {asset_digest(*SLURM_SCRIPTS)}"
     return cached_root(f"{SLURM_SUITE}-slurm", recipe, build)
@@ -273,13 +291,8 @@ LOGIN_SCRIPTS = ("login-entrypoint.sh",)
 def login_root() -> Path:
     def build(root: Path, log_path: Path) -> None:
         subprocess.run(["cp", "-a", f"{slurm_root()}/.", str(root)], check=True)
-        # No service starts in a chroot (nslcd's and sshd's postinst would try).
-        policy = root / "usr/sbin/policy-rc.d"
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-        with proc_mounted(root):
+        with proc_mounted(root), services_held(root):
             apt_install(root, log_path, LOGIN_PACKAGES)
-        policy.unlink()
         # An unprivileged container may not set the audit login uid: the session must
         # not fail on it, as in Slinky's login image.
         pam = root / "etc/pam.d/sshd"
@@ -290,9 +303,7 @@ def login_root() -> Path:
         # Host keys come from the operator's Secret, never from the image.
         for key in (root / "etc/ssh").glob("ssh_host_*"):
             key.unlink()
-        for script in LOGIN_SCRIPTS:
-            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
-            (root / "usr/local/bin" / script).chmod(0o755)
+        install_scripts(root, LOGIN_SCRIPTS)
 
     recipe = (
         f"1 {root_recipe(slurm_root())} {' '.join(LOGIN_PACKAGES)} {asset_digest(*LOGIN_SCRIPTS)}"
@@ -309,19 +320,13 @@ def slapd_root() -> Path:
 
     def build(root: Path, log_path: Path) -> None:
         debootstrap(SLAPD_SUITE, root, log_path)
-        policy = root / "usr/sbin/policy-rc.d"
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-        with proc_mounted(root):
+        with proc_mounted(root), services_held(root):
             apt_install(root, log_path, ["slapd", "ldap-utils", "tini"])
-        policy.unlink()
         # The package's own database (dc=nodomain) and online configuration are a host's:
         # the entrypoint writes its own.
         for path in ("var/lib/ldap", "etc/ldap/slapd.d"):
             shutil.rmtree(root / path, ignore_errors=True)
-        for script in SLAPD_SCRIPTS:
-            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
-            (root / "usr/local/bin" / script).chmod(0o755)
+        install_scripts(root, SLAPD_SCRIPTS)
 
     recipe = f"1 slapd ldap-utils tini {asset_digest(*SLAPD_SCRIPTS)}"
     return cached_root(f"{SLAPD_SUITE}-slapd", recipe, build)
@@ -373,9 +378,7 @@ def mariadb_root() -> Path:
         for path in ("var/lib/mysql", "run/mysqld"):
             (root / path).mkdir(parents=True, exist_ok=True)
             os.chown(root / path, MARIADB_UID, MARIADB_UID)
-        for script in MARIADB_SCRIPTS:
-            shutil.copyfile(ASSETS / script, root / "usr/local/bin" / script)
-            (root / "usr/local/bin" / script).chmod(0o755)
+        install_scripts(root, MARIADB_SCRIPTS)
 
     recipe = f"3 mariadb-server tini {asset_digest(*MARIADB_SCRIPTS)}"
     return cached_root(f"{MARIADB_SUITE}-mariadb", recipe, build)

@@ -66,6 +66,10 @@ class DirectoryClient:
     nss_library: str
     command: tuple[str, ...]
 
+    @property
+    def conf_path(self) -> str:
+        return f"{self.conf_dir}/{self.conf_file}"
+
 
 DIRECTORY_CLIENTS = {
     # Slinky's login and slurmd images have SSSD (its login image runs it itself).
@@ -174,10 +178,6 @@ class Directory:
     test_user: str
     image: Mapping[str, str]
     nss_library_dir: str
-
-    @property
-    def conf_path(self) -> str:
-        return f"{self.client.conf_dir}/{self.client.conf_file}"
 
 
 def _uris(value: t.Any) -> tuple[str, ...]:
@@ -430,7 +430,7 @@ def _pod_parts(directory: Directory, release: str) -> PodParts:
         {"name": NSSWITCH_VOLUME, "configMap": {"name": names["nsswitch"]}},
     ]
     sidecar_mounts: list[dict[str, t.Any]] = [
-        {"name": CONF_VOLUME, "mountPath": f"{client.conf_dir}/{client.conf_file}",
+        {"name": CONF_VOLUME, "mountPath": client.conf_path,
          "subPath": client.conf_file, "readOnly": True},
         {"name": SOCKET_VOLUME, "mountPath": client.socket_dir},
     ]  # fmt: skip
