@@ -2,20 +2,25 @@
 """`make test`: the whole suite, in lanes that run at once on a 2-core machine.
 
 Most of the suite waits on daemons (slurmctld, the apiserver, kubelets in kind), so one
-pytest process leaves a core idle. After the set-up, three lanes start together:
+pytest process leaves a core idle. After the set-up, four lanes start together:
 
 * the checks: lint, sanity and the build checks (one make, at the lowest priority: nothing
   waits on them), log in .build/test-logs/;
-* the Slurm lab and the kind scenarios (a pytest process of their own, log in
-  .build/test-logs/): they share nothing with the Kubernetes lab;
+* the Slurm lab (a pytest process of its own, log in .build/test-logs/);
+* the kind scenarios (another, log in .build/test-logs/): they wait for the builds, then
+  mostly for kubelets, and start as soon as the builds are done, whatever else still runs;
 * the unit tests, the Kubernetes lab (kwok) and the node_prep hosts, on this terminal: the
   node_prep hosts' Nodes live in the Kubernetes lab.
 
 The kind scenarios and node_prep share dockerd (tests/integration/docker_fixtures.py). As
 root, the lab's and kind's Go builds and root filesystems start first, in the background
 (log: .kind/prepare.log); the tests that need them wait on their locks. The lab's binaries,
-which the Kubernetes tests wait for on a cold machine, build first in line; kind's, behind
-those tests at the lowest priority, and the root filesystems beside the Go builds.
+which the Kubernetes tests wait for on a cold machine, build first in line, then kind's,
+and the root filesystems beside the Go builds. The builds are the path everything else
+waits on (the kind scenarios, which mostly wait on kubelets, start only after them), so they
+get most of the CPU while the tests fill the rest: their session is a scheduling group of
+its own (Linux's autogroup, where a process's niceness counts only within its group), given
+the weight of niceness BUILDS_GROUP_NICE.
 The summary says what each lane took in minutes and core-minutes, and how busy the cores
 were (per minute: .build/test-logs/cpu.log). The logs of the other lanes follow it; the
 exit status is non-zero when any lane failed. Nothing is killed: a debootstrap stopped
@@ -38,8 +43,10 @@ REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / ".build" / "test-logs"
 PREPARE_LOG = REPO / ".kind" / "prepare.log"
 CHECKS = ("lint", "sanity", "build-check", "changelog-lint", "ee-check")
-SIDE_PHASES = "slurm,kind"
 MAIN_PHASES = "units,kwok,node-prep"
+# Three quarters of the CPU to the builds while both want it (weights 3121 to 1024): the
+# tests' daemons run in sessions of their own and keep their share, only their drivers slow.
+BUILDS_GROUP_NICE = -5
 
 
 @dataclass
@@ -147,12 +154,13 @@ def main() -> int:
         say(f"the lab's and kind's builds, in the background (log: {rel(PREPARE_LOG)})")
         with PREPARE_LOG.open("wb") as log:
             prepare = subprocess.Popen(
-                [sys.executable, "tests/lab/kind_images.py", "prepare", "--nice-after-lab", "19"],
+                [sys.executable, "tests/lab/kind_images.py", "prepare"],
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C must not stop a debootstrap halfway
             )
+        weigh_group(prepare.pid, BUILDS_GROUP_NICE)
         env["HPCOPS_KIND_PREPARE_PID"] = str(prepare.pid)  # the pytest lanes start none
     began = time.monotonic()
     make = ["make", "--no-print-directory"]
@@ -168,9 +176,14 @@ def main() -> int:
                 LOGS / "checks.log",
             ),
             Lane(
-                "the Slurm lab and the kind scenarios",
-                [*pytest, f"--phases={SIDE_PHASES}", "tests/integration"],
-                LOGS / "slurm-and-kind.log",
+                "the Slurm lab",
+                [*pytest, "--phases=slurm", "tests/integration"],
+                LOGS / "slurm.log",
+            ),
+            Lane(
+                "the kind scenarios",
+                [*pytest, "--phases=kind", "tests/integration"],
+                LOGS / "kind.log",
             ),
             Lane(
                 "the unit tests, the Kubernetes lab and the node_prep hosts",
@@ -194,6 +207,20 @@ def main() -> int:
         say(f"setup FAILED (exit {setup.returncode})")
         return setup.returncode
     return next((lane.returncode for lane in lanes if lane.returncode), 0) or 0
+
+
+def weigh_group(pid: int, nice: int) -> None:
+    """The scheduling weight of the session group `pid` leads (sched(7), "The autogroup
+    feature"); a kernel without autogroup shares the CPU per process, as before."""
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            say("the builds share the CPU per process (kernel.sched_autogroup_enabled is 0)")
+            return
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except OSError as error:
+        say(f"the builds share the CPU per process (autogroup: {error.strerror})")
+        return
+    say(f"the builds' session group has the weight of niceness {nice}")
 
 
 def run_lanes(lanes: list[Lane], env: dict[str, str]) -> None:

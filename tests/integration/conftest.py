@@ -143,8 +143,8 @@ PHASES = (
     "node_prep hosts",
     "kind scenarios",
 )
-# Their names for --phases: `make test` runs the Slurm lab and kind in a pytest process of
-# their own, beside the other phases (tests/run_suite.py).
+# Their names for --phases: `make test` runs the Slurm lab and kind each in a pytest process
+# of its own, beside the other phases (tests/run_suite.py).
 PHASE_NAMES = dict(zip(("units", "slurm", "kwok", "node-prep", "kind"), PHASES, strict=True))
 
 

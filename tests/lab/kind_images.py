@@ -948,7 +948,7 @@ KIND_BINARIES = (
 )
 
 
-def prepare(nice_after_lab: int = 0) -> float:
+def prepare() -> float:
     """Everything that needs no dockerd: the Go builds and the root filesystems; seconds taken.
 
     `make test` runs this in the background while the lab tests run (see
@@ -958,14 +958,8 @@ def prepare(nice_after_lab: int = 0) -> float:
     the order of what waits on them: the lab's binaries and operator (the Kubernetes tests),
     then kind's, then the older Slinky operator (the upgrade test, the last Kubernetes
     test). The roots that need no Go binary come first (node_prep's hosts among them); the
-    kind node's root, which carries the kubelet, after kind's binaries.
-
-    nice_after_lab: the niceness the Go builds take once the lab's are done (`make test`
-    runs the lab's builds first in line, as the Kubernetes tests wait on them, and kind's
-    behind those tests). The roots keep the niceness they started with: they wait on the
-    network and the disk more than on the CPU, and at niceness 19 beside Go builds a
-    debootstrap got so little of it that it took 8 minutes instead of 44 s. (On Linux, a
-    thread's niceness is its own and its children's.)
+    kind node's root, which carries the kubelet, after kind's binaries. How much of the CPU
+    this gets beside the tests is `make test`'s choice (tests/run_suite.py).
     """
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
@@ -980,7 +974,6 @@ def prepare(nice_after_lab: int = 0) -> float:
         k8s_binaries.ensure([*k8s_lab.BINARY_COMPONENTS, *k8s_lab.CLIENT_TOOLS])
         k8s_binaries.ensure_slinky([k8s_binaries.LAB_SLINKY_VERSION])
         k8s_binaries.ensure([n for n in k8s_binaries.BINARIES if n not in KIND_BINARIES])
-        os.nice(nice_after_lab)
         for name in KIND_BINARIES:
             k8s_binaries.ensure([name])
         addon_charts()
@@ -1047,7 +1040,7 @@ def ensure(keys: Sequence[str] | None = None) -> dict[str, str]:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """One command of the CLI; its exit code."""
     if args.command == "prepare":
-        took = prepare(args.nice_after_lab)
+        took = prepare()
         log(f"binaries and root filesystems ready in {k8s_binaries.format_duration(took)}")
         return 0
     if args.command == "build":
@@ -1087,12 +1080,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=("prepare", "build", "list", "push"))
     parser.add_argument("registry", nargs="?", help="push: the mirror, e.g. registry.site:5000")
     parser.add_argument("--only", action="append", help="build: just this image (repeatable)")
-    parser.add_argument(
-        "--nice-after-lab",
-        type=int,
-        default=0,
-        help="prepare: the niceness of the builds once the lab's binaries are built",
-    )
     args = parser.parse_args(argv)
     return run_cli("kind_images", lambda: run(args, parser))
 

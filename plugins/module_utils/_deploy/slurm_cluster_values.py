@@ -28,6 +28,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_relea
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
     NSSWITCH_FILE,
     add_directory,
+    away_from_lendable,
     directory_conf,
     directory_names,
     directory_settings,
@@ -1332,15 +1333,16 @@ def build_values(
             "login": {"image": image("login")},
             "initconf": {"image": logfile_image},
         }
+    lendable_selectors = [
+        {str(k): str(v) for k, v in _mapping(pool.get("node_selector"), "").items()}
+        for pool in pools.values()
+        if pool.get("kind") == "lendable"
+    ]
     login_sets = login_set_values(
         settings.get("login_sets"),
         image("login"),
         logfile_image,
-        [
-            {str(k): str(v) for k, v in _mapping(pool.get("node_selector"), "").items()}
-            for pool in pools.values()
-            if pool.get("kind") == "lendable"
-        ],
+        lendable_selectors,
         [Node.from_k8s(obj).labels for obj in k8s_nodes],
     )
     if login_sets:
@@ -1349,11 +1351,35 @@ def build_values(
     values = merged(line.chart_defaults_off, values)
     values = merged(values, _mapping(settings.get("values"), "slurm_cluster_values"))
     _check_nodeset_keys(line, settings, values)
+    keep_services_off_lendable(values, lendable_selectors)
     # After the site's values: the directory's pieces join the pods' own lists.
     add_directory(values, directory, str(settings.get("release") or CHART_NAME))
     if accounting and not values["accounting"].get("external"):
         _wait_for_slurmdbd(values, str(settings.get("release") or CHART_NAME), settings)
     return values
+
+
+# Slurm's own services: one of them on a lendable node would hold that node back from
+# every lend (the handover refuses a node that runs application pods).
+SERVICE_PARTS = ("controller", "restapi", "accounting")
+
+
+def keep_services_off_lendable(
+    values: dict[str, t.Any], lendable_selectors: Sequence[Mapping[str, str]]
+) -> None:
+    """A required node affinity off every lendable pool for slurmctld, slurmrestd and
+    slurmdbd, unless the site's values give the pod a node affinity of its own."""
+    affinity = away_from_lendable(lendable_selectors)
+    if not affinity:
+        return
+    for part in SERVICE_PARTS:
+        if values.get(part, {}).get("enabled") is False:
+            continue
+        pod_spec = values.setdefault(part, {}).setdefault("podSpec", {})
+        own = pod_spec.get("affinity") or {}
+        if own.get("nodeAffinity"):
+            continue
+        pod_spec["affinity"] = {**own, **copy.deepcopy(affinity)}
 
 
 # The operator names the Accounting's Service after it (`<slurm.fullname>-accounting`) and

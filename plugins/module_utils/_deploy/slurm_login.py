@@ -534,7 +534,7 @@ def add_directory(values: dict[str, t.Any], directory: Directory | None, release
         }
 
 
-def _away_from_lendable(lendable_selectors: Sequence[Mapping[str, str]]) -> dict[str, t.Any]:
+def away_from_lendable(lendable_selectors: Sequence[Mapping[str, str]]) -> dict[str, t.Any]:
     """Node affinity that keeps a pod off every lendable pool's nodes.
 
     A node is in a pool when it has all of the pool's labels, so it is outside when one of
@@ -709,7 +709,7 @@ def login_set_values(
             )
         pod_spec: dict[str, t.Any] = {
             "nodeSelector": {"kubernetes.io/os": "linux", **selector},
-            "affinity": _away_from_lendable(lendable_selectors),
+            "affinity": away_from_lendable(lendable_selectors),
             "tolerations": copy.deepcopy(tolerations),
             "initContainers": [],
             "volumes": [],

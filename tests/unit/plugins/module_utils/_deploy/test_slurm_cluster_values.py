@@ -379,6 +379,61 @@ def test_gres_type_names() -> None:
     assert gres_type("NVIDIA-A100-SXM4-80GB", {"NVIDIA-A100-SXM4-80GB": "a100_80g"}) == "a100_80g"
 
 
+OFF_INTERACTIVE = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "hpcops.io/pool", "operator": "NotIn", "values": ["interactive"]}
+                    ]
+                }
+            ]
+        }
+    }
+}
+
+
+@pytest.mark.parametrize("chart_version", ["1.1.0", "1.2.1"])
+def test_slurms_services_stay_off_the_lendable_pools(chart_version: str) -> None:
+    """slurmctld, slurmrestd or slurmdbd on an interactive node would keep it from every lend."""
+    values = build_values({**SETTINGS, "chart_version": chart_version, "accounting": True}, NODES)
+    for part in ("controller", "restapi", "accounting"):
+        assert values[part]["podSpec"]["affinity"] == OFF_INTERACTIVE, part
+
+
+def test_a_sites_own_node_affinity_for_a_service_is_kept() -> None:
+    own = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "site/ctl", "operator": "Exists"}]}
+                ]
+            }
+        }
+    }
+    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    settings = {
+        **SETTINGS,
+        "values": {
+            "controller": {"podSpec": {"affinity": own}},
+            "restapi": {"podSpec": {"affinity": anti}},
+        },
+    }
+    values = build_values(settings, NODES)
+    assert values["controller"]["podSpec"]["affinity"] == own
+    # A pod affinity of the site's joins the role's node affinity.
+    assert values["restapi"]["podSpec"]["affinity"] == {**anti, **OFF_INTERACTIVE}
+    # No accounting: its pod is not there to place.
+    assert "podSpec" not in values["accounting"]
+
+
+def test_without_lendable_pools_the_services_go_anywhere() -> None:
+    pools = {"hpc": SETTINGS["pools"]["hpc"]}
+    values = build_values({**SETTINGS, "pools": pools}, NODES[3:])
+    assert not values["controller"].get("podSpec", {}).get("affinity")
+
+
 def test_pool_values_override_what_the_role_builds() -> None:
     settings = {
         **SETTINGS,
