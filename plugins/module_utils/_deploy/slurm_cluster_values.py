@@ -25,6 +25,13 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_relea
     ReleaseError,
     release_line,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+    BRIDGE_KIND,
+    bridge_pool,
+    check_bridge_cluster,
+    external_conf,
+    hybrid_tolerations,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
     NSSWITCH_FILE,
     add_directory,
@@ -44,7 +51,7 @@ SLURM_TIME_RE = re.compile(
     r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$"
 )
 
-POOL_KINDS = ("dedicated", "lendable")
+POOL_KINDS = ("dedicated", "lendable", BRIDGE_KIND)
 # What the handover does, at a reclaim's deadline, to the jobs still on a lent node: the
 # handover's ESCALATIONS (_handover/model.py; a unit test keeps them alike, since _deploy
 # imports nothing of the handover's).
@@ -64,7 +71,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MEMORY_DEFAULTS = frozenset({"DefMemPerCPU", "DefMemPerNode", "DefMemPerGPU"})
 
 MCS_PLUGINS = ("none", "account", "group", "user", "label")
-MCS_PARAMETERS = ("ondemand", "noselect", "select", "enforced", "privatedata")
+MCS_PARAMETERS = ("ondemand", "noselect", "select", "ondemandselect", "enforced", "privatedata")
 
 # cgroup.conf keys each Slurm release accepts (an unknown key is fatal to slurmd).
 # From the cgroup.conf man pages: CgroupAutomount, CgroupReleaseAgentDir, ConstrainKmemSpace,
@@ -353,6 +360,9 @@ def _pool_members(
             )
         # The handover protocol labels lent nodes; the NodeSet follows the label.
         return {**selector, lent_label: "true"}, "DaemonSet", members
+    if kind == BRIDGE_KIND:
+        # slurmd on every node of the pool, which is the Slurm node the bridge maps it to.
+        return selector, "DaemonSet", members
     mode = pool.get("scaling_mode", "StatefulSet")
     if mode not in SCALING_MODES:
         raise ConfigError(
@@ -390,6 +400,23 @@ def default_mem_per_cpu(pool_name: str, pool: Mapping[str, t.Any], nodes: Sequen
     return min(per_node, default=0)
 
 
+def _check_one_pool(node: str, first: str, pool: str, pools: Mapping[str, t.Any]) -> None:
+    """A node belongs to one pool: one owner, one NodeSet, one partition."""
+    if first == pool:
+        return
+    kinds = {pools[first].get("kind", "dedicated"), pools[pool].get("kind", "dedicated")}
+    why = (
+        "the handover would lend it to Slurm while slurm-bridge schedules pods there"
+        if kinds == {"lendable", BRIDGE_KIND}
+        else "it would get a slurmd (and a Slurm node) of each"
+    )
+    raise ConfigError(
+        f"slurm_cluster_pools.{pool}.node_selector",
+        f"selects node {node}, which pool {first} selects too: {why}",
+        "give each pool node_selector labels no other pool's nodes have",
+    )
+
+
 def plan_nodesets(
     pools: Mapping[str, t.Any],
     nodes: Sequence[Node],
@@ -402,10 +429,16 @@ def plan_nodesets(
             "slurm_cluster_pools", "no pool is defined", "describe at least one node pool"
         )
     plans: list[NodeSetPlan] = []
+    bridge = bridge_pool(pools)
+    pool_of: dict[str, str] = {}
     for pool_name, raw in sorted(pools.items()):
         var = f"slurm_cluster_pools.{pool_name}"
         pool = _mapping(raw, var)
         selector, mode, members = _pool_members(str(pool_name), pool, nodes, lent_label)
+        for node in members:
+            _check_one_pool(node.name, pool_of.setdefault(node.name, pool_name), pool_name, pools)
+        if bridge is not None and bridge.name == pool_name and bridge.mode == "external":
+            continue  # no slurmd: the bridge registers these nodes in Slurm itself
         by_product: dict[str | None, list[Node]] = {}
         for node in members:
             product = node.labels.get(GPU_PRODUCT_LABEL) if node.gpus > 0 else None
@@ -582,11 +615,12 @@ def mcs_settings(mcs: str, accounting: bool, release: tuple[int, int]) -> dict[s
         raise ConfigError(
             var, f"unknown MCS parameters {unknown}", f"use {', '.join(MCS_PARAMETERS)}"
         )
-    if ("select" in words and "noselect" in words) or ("ondemand" in words and "enforced" in words):
+    selects = [w for w in words if w in ("select", "noselect", "ondemandselect")]
+    if len(selects) > 1 or ("ondemand" in words and "enforced" in words):
         raise ConfigError(
             var,
             f"parameters {words} contradict each other",
-            "keep one of select/noselect and one of ondemand/enforced",
+            "keep one of select/noselect/ondemandselect and one of ondemand/enforced",
         )
     return {"MCSPlugin": f"mcs/{plugin}", "MCSParameters": ",".join(words)}
 
@@ -748,6 +782,50 @@ def _backfill_max_time(
     return max_time
 
 
+def _bridge_partition_config(name: str, pools: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    return _partition_config(
+        pools[name].get("partition_config"), f"slurm_cluster_pools.{name}.partition_config"
+    )
+
+
+def _bridge_partition(
+    settings: Mapping[str, t.Any],
+    plans: Sequence[NodeSetPlan],
+    pools: Mapping[str, t.Any],
+    taken: set[str],
+) -> dict[str, dict[str, t.Any]]:
+    """The bridge's partition over its hybrid NodeSets (external nodes: see _bridge_conf)."""
+    bridge = bridge_pool(pools)
+    if bridge is None:
+        return {}
+    site_partitions = _mapping(settings.get("partitions"), "slurm_cluster_partitions")
+    if bridge.partition in {*taken, *site_partitions}:
+        raise ConfigError(
+            f"slurm_cluster_pools.{bridge.name}.partition",
+            f"{bridge.partition!r} is a partition of the role's or of slurm_cluster_partitions",
+            "give the bridge's partition a name of its own (default slurm-bridge)",
+        )
+    bridged = sorted({p.name for p in plans if p.pool == bridge.name})
+    if not bridged:
+        return {}
+    config = {"State": "UP", **_bridge_partition_config(bridge.name, pools)}
+    return {bridge.partition: {"nodesets": bridged, "configMap": config}}
+
+
+def _bridge_conf(
+    settings: Mapping[str, t.Any], pools: Mapping[str, t.Any], release: tuple[int, int]
+) -> dict[str, str]:
+    """What the bridge asks of slurmctld, checked; an external pool's NodeSet and partition."""
+    bridge = bridge_pool(pools)
+    if bridge is None:
+        return {}
+    mcs_plugin = str(settings.get("mcs", "none")).partition(":")[0].strip()
+    check_bridge_cluster(bridge, release, mcs_plugin.removeprefix("mcs/"))
+    if bridge.mode != "external":
+        return {}
+    return external_conf(bridge, {"State": "UP", **_bridge_partition_config(bridge.name, pools)})
+
+
 def plan_partitions(
     settings: Mapping[str, t.Any], plans: Sequence[NodeSetPlan], pools: Mapping[str, t.Any]
 ) -> dict[str, dict[str, t.Any]]:
@@ -814,6 +892,7 @@ def plan_partitions(
                 "GraceTime": grace,
             },
         }
+    partitions |= _bridge_partition(settings, plans, pools, set(partitions))
     by_pool: dict[str, list[str]] = {}
     for plan in plans:
         by_pool.setdefault(plan.pool, []).append(plan.name)
@@ -1116,6 +1195,8 @@ def _nodeset_values(
         pod_spec["tolerations"] = [
             {"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}
         ]
+    if pool.get("kind") == BRIDGE_KIND:
+        pod_spec["tolerations"] = hybrid_tolerations()
     nodeset = merged(
         merged(line.nodeset_base, nodeset_defaults),
         {
@@ -1303,6 +1384,7 @@ def build_values(
     if accounting:
         conf |= ACCOUNTING_POLICY
     conf.update(mcs_settings(str(settings.get("mcs", "none")), accounting, release))
+    conf |= _bridge_conf(settings, pools, release)
     conf.update(_mapping(settings.get("slurm_conf"), "slurm_cluster_slurm_conf"))
 
     controller = _controller_values(line, settings, conf, image("slurmctld"), logfile, bool(scaled))

@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""slurm-bridge's Slurm side in the slurm chart's values, and what stops it before any change."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+    EXTERNAL_NODE_LABEL,
+    EXTERNAL_PARTITIONS_ANNOTATION,
+    MANAGED_NODE_TAINT,
+    SLURM_NODENAME_LABEL,
+    bridge_pool,
+    bridge_problems,
+    node_marks,
+)
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+    build_values,
+)
+
+
+def node(name: str, pool: str, **labels: str) -> dict[str, t.Any]:
+    return {
+        "metadata": {"name": name, "labels": {"hpcops.io/pool": pool, **labels}},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
+    }
+
+
+NODES = [
+    node("hpc01", "slurm"),
+    node("int01", "interactive"),
+    node("br01.site.example", "bridge"),
+    node("br02", "bridge"),
+]
+BRIDGE = {"kind": "bridge", "node_selector": {"hpcops.io/pool": "bridge"}}
+SETTINGS: dict[str, t.Any] = {
+    "name": "site",
+    "slurm_version": "26.05",
+    "chart_version": "1.2.1",
+    "pools": {
+        "hpc": {"kind": "dedicated", "node_selector": {"hpcops.io/pool": "slurm"}},
+        "interactive": {"kind": "lendable", "node_selector": {"hpcops.io/pool": "interactive"}},
+        "bridge": BRIDGE,
+    },
+    "mcs": "label:ondemand,ondemandselect",
+}
+
+
+def with_pool(**changes: t.Any) -> dict[str, t.Any]:
+    return {**SETTINGS, "pools": {**SETTINGS["pools"], "bridge": {**BRIDGE, **changes}}}
+
+
+def refusal(settings: dict[str, t.Any], nodes: list[dict[str, t.Any]] = NODES) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        build_values(settings, nodes)
+    return caught.value
+
+
+def test_a_hybrid_pool_is_a_daemonset_nodeset_that_stays_through_the_bridges_taint() -> None:
+    values = build_values(SETTINGS, NODES)
+    nodeset = values["nodesets"]["bridge"]
+    assert nodeset["scalingMode"] == "DaemonSet"
+    assert nodeset["podSpec"]["nodeSelector"]["hpcops.io/pool"] == "bridge"
+    assert nodeset["podSpec"]["tolerations"] == [
+        {"key": MANAGED_NODE_TAINT, "operator": "Exists", "effect": "NoExecute"}
+    ]
+    assert values["partitions"]["slurm-bridge"]["nodesets"] == ["bridge"]
+    # Jobs that give no --mem get their share of the node per CPU, as on every partition.
+    assert values["partitions"]["slurm-bridge"]["configMap"] == {
+        "State": "UP",
+        "DefMemPerCPU": "4096",
+    }
+    # Neither batch nor backfill takes the bridge's nodes.
+    assert "bridge" not in values["partitions"]["batch"]["nodesets"]
+    assert "bridge" not in values["partitions"]["backfill"]["nodesets"]
+
+
+def test_an_external_pool_has_no_slurmd_and_gathers_the_registered_nodes_by_feature() -> None:
+    values = build_values(
+        with_pool(nodes="external", partition="k8s", partition_config={"MaxTime": "1:00:00"}),
+        NODES,
+    )
+    assert "bridge" not in values["nodesets"]
+    assert "k8s" not in values["partitions"]
+    conf = values["controller"]["extraConfMap"]
+    assert conf["NodeSet"] == "k8s Feature=k8s"
+    assert conf["PartitionName"] == "k8s Nodes=k8s State=UP MaxTime=1:00:00"
+
+
+@pytest.mark.parametrize(
+    ("settings", "variable", "words"),
+    [
+        (
+            {**with_pool(), "slurm_version": "25.05"},
+            "slurm_cluster_slurm_version",
+            "has no external jobs",
+        ),
+        (
+            {**with_pool(), "mcs": "account:enforced,select", "accounting": True},
+            "slurm_cluster_mcs",
+            "mcs/account refuses",
+        ),
+        (with_pool(nodes="sidecar"), "slurm_cluster_pools.bridge.nodes", "unknown mode"),
+        (
+            with_pool(partition="batch"),
+            "slurm_cluster_pools.bridge.partition",
+            "partition of the role's",
+        ),
+        (
+            with_pool(partiton="x"),
+            "slurm_cluster_pools.bridge.partiton",
+            "not a setting of a bridge pool",
+        ),
+        (
+            {
+                **with_pool(),
+                "pools": {
+                    **with_pool()["pools"],
+                    "two": {**BRIDGE, "node_selector": {"hpcops.io/pool": "slurm"}},
+                },
+            },
+            "slurm_cluster_pools",
+            "are all of kind bridge",
+        ),
+    ],
+)
+def test_what_cannot_work_is_refused_with_the_setting_and_the_fix(
+    settings: dict[str, t.Any], variable: str, words: str
+) -> None:
+    err = refusal(settings)
+    assert err.variable == variable, str(err)
+    assert words in str(err), str(err)
+    assert "; " in str(err)  # the fix follows the problem
+
+
+def test_a_node_of_the_lendable_pool_cannot_be_a_bridge_node_too() -> None:
+    both = [*NODES, node("int02", "interactive", bridge="yes")]
+    settings = with_pool(node_selector={"bridge": "yes"})
+    err = refusal(settings, both)
+    assert err.variable == "slurm_cluster_pools.interactive.node_selector", str(err)
+    assert "int02" in str(err) and "handover would lend it" in str(err)
+
+
+def test_a_node_in_two_dedicated_pools_is_refused() -> None:
+    settings = {
+        **SETTINGS,
+        "pools": {**SETTINGS["pools"], "more": {"node_selector": {"hpcops.io/pool": "slurm"}}},
+    }
+    err = refusal(settings)
+    assert "hpc01" in str(err) and "pool hpc selects too" in str(err)
+
+
+def test_nodes_get_the_slurm_name_label_where_names_differ_and_external_ones_register() -> None:
+    hybrid = node_marks(bridge_pool(SETTINGS["pools"]), NODES)  # type: ignore[arg-type]
+    assert hybrid == {
+        "br01.site.example": {"labels": {SLURM_NODENAME_LABEL: "br01"}, "annotations": {}},
+        "br02": {"labels": {}, "annotations": {}},
+    }
+    external = node_marks(bridge_pool(with_pool(nodes="external")["pools"]), NODES)  # type: ignore[arg-type]
+    assert external["br02"] == {
+        "labels": {EXTERNAL_NODE_LABEL: "true"},
+        "annotations": {EXTERNAL_PARTITIONS_ANNOTATION: "slurm-bridge"},
+    }
+
+
+def test_the_bridges_preflight_names_an_old_kubernetes_and_unmapped_slurm_nodes() -> None:
+    pools = SETTINGS["pools"]
+    assert bridge_problems(pools, NODES, "v1.36.2", ["br01", "br02"]) == []
+    old = bridge_problems(pools, NODES, "v1.34.1")
+    assert len(old) == 1 and "needs 1.35 or newer" in old[0]
+    unmapped = bridge_problems(pools, NODES, "v1.36.2", ["br01", "gpu07"])
+    assert len(unmapped) == 1 and "['gpu07']" in unmapped[0]
+    assert SLURM_NODENAME_LABEL in unmapped[0]
+    none = bridge_problems({"hpc": pools["hpc"]}, NODES, "v1.36.2")
+    assert "no pool of kind bridge" in none[0]
+    empty = bridge_problems({"b": {**BRIDGE, "node_selector": {"x": "y"}}}, NODES, "v1.36.2")
+    assert "selects no Kubernetes node" in empty[0]
