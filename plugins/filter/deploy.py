@@ -28,6 +28,12 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_relea
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_upgrade import (
     upgrade_report,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+    BridgePool,
+    bridge_pool,
+    bridge_problems,
+    node_marks,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
     autoscaling,
     build_values,
@@ -196,6 +202,54 @@ def slurm_login_addresses(services: t.Any) -> dict[str, dict[str, t.Any]]:
     return login_addresses(_objects("slurm_login_addresses", services))
 
 
+def _pools(name: str, pools: t.Any) -> dict[str, t.Any]:
+    if not isinstance(pools, dict):
+        raise AnsibleFilterError(f"{name}: expected slurm_cluster_pools (a mapping)")
+    return pools
+
+
+def _bridge(name: str, pools: t.Any) -> BridgePool:
+    try:
+        bridge = bridge_pool(_pools(name, pools))
+    except ConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+    if bridge is None:
+        raise AnsibleFilterError(
+            "slurm_cluster_pools: no pool of kind bridge, so slurm-bridge has no nodes; add "
+            "one, for example {bridge: {kind: bridge, node_selector: {hpcops.io/pool: bridge}}}"
+        )
+    return bridge
+
+
+def slurm_bridge_pool(pools: t.Any) -> dict[str, t.Any]:
+    """The pool of kind bridge: its name, partition, node mode and node selector."""
+    bridge = _bridge("slurm_bridge_pool", pools)
+    return {
+        "name": bridge.name,
+        "partition": bridge.partition,
+        "nodes": bridge.mode,
+        "node_selector": dict(bridge.node_selector),
+    }
+
+
+def slurm_bridge_problems(
+    pools: t.Any, nodes: t.Any, kubernetes_version: t.Any, slurm_nodes: t.Any = None
+) -> list[str]:
+    """What stops slurm-bridge before any change, one sentence each."""
+    return bridge_problems(
+        _pools("slurm_bridge_problems", pools),
+        _objects("slurm_bridge_problems", nodes),
+        str(kubernetes_version),
+        [str(n) for n in slurm_nodes or []],
+    )
+
+
+def slurm_bridge_node_marks(pools: t.Any, nodes: t.Any) -> dict[str, dict[str, dict[str, str]]]:
+    """The labels and annotations each of the bridge's Kubernetes nodes needs."""
+    bridge = _bridge("slurm_bridge_node_marks", pools)
+    return node_marks(bridge, _objects("slurm_bridge_node_marks", nodes))
+
+
 def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:
     """The IPAddressPool and L2Advertisement of each checked pool."""
     if not isinstance(pools, list) or not all(isinstance(p, dict) for p in pools):
@@ -332,4 +386,7 @@ class FilterModule:
             "slurm_cluster_storage_problems": slurm_cluster_storage_problems,
             "statefulset_rollout_pending": statefulset_rollout_pending,
             "slurm_nodes_not_back": slurm_nodes_not_back,
+            "slurm_bridge_pool": slurm_bridge_pool,
+            "slurm_bridge_problems": slurm_bridge_problems,
+            "slurm_bridge_node_marks": slurm_bridge_node_marks,
         }

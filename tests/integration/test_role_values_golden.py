@@ -28,6 +28,7 @@ ROLES = {
     "slurm_operator": "_slurm_operator_helm_values",
     "mariadb": "_mariadb_operator_helm_values",
     "slurm_cluster": "_slurm_cluster_helm_values",
+    "slurm_bridge": "_slurm_bridge_helm_values",
     "gpu_operator": "_gpu_operator_helm_values",
     "keda": "_keda_helm_values",
     "metallb": "_metallb_helm_values",
@@ -40,6 +41,7 @@ CHECKED_AGAINST = {
     "mariadb_resource": "the MariaDB CRD (k8s.mariadb.com/v1alpha1) of mariadb-operator 25.10.2",
     "slurm_cluster-1.2": "slurm 1.2.1 (helm/slurm; slurm.conf of operator v1.2.1), slinky_version 1.2.2",
     "slurm_cluster-1.1": "slurm 1.1.2 (helm/slurm; slurm.conf of operator v1.1.2), slinky_version 1.1.2",
+    "slurm_bridge": "slurm-bridge 1.2.1 (helm/slurm-bridge)",
     "gpu_operator": "gpu-operator v26.7.0 (deployments/gpu-operator)",
     "keda": "keda 2.20.2 (kedacore/charts keda/); ScaledObject CRD keda.sh/v1alpha1 of KEDA v2.20.2",
     "metallb": "metallb 0.16.2 (charts/metallb of go.universe.tf/metallb v0.16.2)",
@@ -78,6 +80,7 @@ def example_nodes() -> list[dict[str, t.Any]]:
         *(node(f"jup{i:02d}", "interactive") for i in range(1, 7)),
         *(node(f"inf{i:02d}", "interactive", gpus=8) for i in range(1, 3)),
         *(node(f"svc{i:02d}", "services") for i in range(1, 4)),
+        *(node(f"bri{i:02d}", "bridge") for i in range(1, 5)),
     ]
 
 

@@ -35,7 +35,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
     NSSWITCH_FILE,
     add_directory,
-    away_from_lendable,
+    away_from_pools,
     directory_conf,
     directory_names,
     directory_settings,
@@ -1415,16 +1415,17 @@ def build_values(
             "login": {"image": image("login")},
             "initconf": {"image": logfile_image},
         }
-    lendable_selectors = [
+    # Nodes the handover lends or slurm-bridge taints: no service or login pod of Slurm's.
+    shared_selectors = [
         {str(k): str(v) for k, v in _mapping(pool.get("node_selector"), "").items()}
         for pool in pools.values()
-        if pool.get("kind") == "lendable"
+        if pool.get("kind") in ("lendable", BRIDGE_KIND)
     ]
     login_sets = login_set_values(
         settings.get("login_sets"),
         image("login"),
         logfile_image,
-        lendable_selectors,
+        shared_selectors,
         [Node.from_k8s(obj).labels for obj in k8s_nodes],
     )
     if login_sets:
@@ -1433,7 +1434,7 @@ def build_values(
     values = merged(line.chart_defaults_off, values)
     values = merged(values, _mapping(settings.get("values"), "slurm_cluster_values"))
     _check_nodeset_keys(line, settings, values)
-    keep_services_off_lendable(values, lendable_selectors)
+    keep_services_off_shared_pools(values, shared_selectors)
     # After the site's values: the directory's pieces join the pods' own lists.
     add_directory(values, directory, str(settings.get("release") or CHART_NAME))
     if accounting and not values["accounting"].get("external"):
@@ -1442,16 +1443,17 @@ def build_values(
 
 
 # Slurm's own services: one of them on a lendable node would hold that node back from
-# every lend (the handover refuses a node that runs application pods).
+# every lend (the handover refuses a node that runs application pods); on a bridge node the
+# bridge's NoExecute taint would evict it.
 SERVICE_PARTS = ("controller", "restapi", "accounting")
 
 
-def keep_services_off_lendable(
-    values: dict[str, t.Any], lendable_selectors: Sequence[Mapping[str, str]]
+def keep_services_off_shared_pools(
+    values: dict[str, t.Any], shared_selectors: Sequence[Mapping[str, str]]
 ) -> None:
-    """A required node affinity off every lendable pool for slurmctld, slurmrestd and
-    slurmdbd, unless the site's values give the pod a node affinity of its own."""
-    affinity = away_from_lendable(lendable_selectors)
+    """A required node affinity off every lendable and bridge pool for slurmctld, slurmrestd
+    and slurmdbd, unless the site's values give the pod a node affinity of its own."""
+    affinity = away_from_pools(shared_selectors)
     if not affinity:
         return
     for part in SERVICE_PARTS:

@@ -534,15 +534,15 @@ def add_directory(values: dict[str, t.Any], directory: Directory | None, release
         }
 
 
-def away_from_lendable(lendable_selectors: Sequence[Mapping[str, str]]) -> dict[str, t.Any]:
-    """Node affinity that keeps a pod off every lendable pool's nodes.
+def away_from_pools(shared_selectors: Sequence[Mapping[str, str]]) -> dict[str, t.Any]:
+    """Node affinity that keeps a pod off the nodes of every pool given (lendable, bridge).
 
     A node is in a pool when it has all of the pool's labels, so it is outside when one of
     them differs: one term per way of picking a label from each pool (terms are ORed, a
     term's expressions ANDed). NotIn also matches a node without the label."""
-    if not lendable_selectors:
+    if not shared_selectors:
         return {}
-    choices = [sorted(selector.items()) for selector in lendable_selectors]
+    choices = [sorted(selector.items()) for selector in shared_selectors]
     terms = []
     for pick in itertools.product(*choices):
         expressions: dict[str, set[str]] = {}
@@ -652,12 +652,13 @@ def login_set_values(
     login_sets: t.Any,
     login_image: Mapping[str, str],
     initconf_image: Mapping[str, str],
-    lendable_selectors: Sequence[Mapping[str, str]],
+    shared_selectors: Sequence[Mapping[str, str]],
     node_labels: Sequence[Mapping[str, str]],
 ) -> dict[str, dict[str, t.Any]]:
     """The chart's loginsets from slurm_cluster_login_sets. Each entry is whole, since the
-    1.1 chart has no loginsetDefaults, and kept off the lendable pools: a login pod on a
-    lendable node would count as an application there and hold the node from Slurm."""
+    1.1 chart has no loginsetDefaults, and kept off the lendable and bridge pools: a login pod
+    on a lendable node would count as an application there and hold the node from Slurm, and
+    the bridge's taint evicts it from a bridge node."""
     sets = _mapping(login_sets, LOGIN_SETS_VAR)
     out: dict[str, dict[str, t.Any]] = {}
     for name, given_value in sets.items():
@@ -694,13 +695,13 @@ def login_set_values(
         placeable = [
             labels for labels in node_labels
             if all(labels.get(k) == v for k, v in selector.items())
-            and not any(all(labels.get(k) == v for k, v in pool.items()) for pool in lendable_selectors)
+            and not any(all(labels.get(k) == v for k, v in pool.items()) for pool in shared_selectors)
         ]  # fmt: skip
         if node_labels and not placeable:
             raise ConfigError(
                 f"{var}.node_selector",
-                f"selects no Kubernetes node outside the lendable pools ({selector or 'every node'})",
-                "select nodes that are never lent (login pods on a lendable node would hold it from Slurm)",
+                f"selects no Kubernetes node outside the lendable and bridge pools ({selector or 'every node'})",
+                "select nodes that are never lent nor the bridge's (a login pod on a lendable node would hold it from Slurm)",
             )
         tolerations = given.get("tolerations") or []
         if not isinstance(tolerations, list):
@@ -709,7 +710,7 @@ def login_set_values(
             )
         pod_spec: dict[str, t.Any] = {
             "nodeSelector": {"kubernetes.io/os": "linux", **selector},
-            "affinity": away_from_lendable(lendable_selectors),
+            "affinity": away_from_pools(shared_selectors),
             "tolerations": copy.deepcopy(tolerations),
             "initContainers": [],
             "volumes": [],

@@ -178,3 +178,25 @@ def test_the_bridges_preflight_names_an_old_kubernetes_and_unmapped_slurm_nodes(
     assert "no pool of kind bridge" in none[0]
     empty = bridge_problems({"b": {**BRIDGE, "node_selector": {"x": "y"}}}, NODES, "v1.36.2")
     assert "selects no Kubernetes node" in empty[0]
+
+
+def test_slurms_services_and_login_pods_stay_off_the_bridges_nodes() -> None:
+    """The bridge's NoExecute taint would evict them there."""
+    values = build_values(
+        {**SETTINGS, "login_sets": {"users": {"service": {"type": "NodePort"}}}}, NODES
+    )
+    for pod_spec in (values["controller"]["podSpec"], values["loginsets"]["users"]["podSpec"]):
+        terms = pod_spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert terms["nodeSelectorTerms"] == [
+            {
+                "matchExpressions": [
+                    {
+                        "key": "hpcops.io/pool",
+                        "operator": "NotIn",
+                        "values": ["bridge", "interactive"],
+                    }
+                ]
+            }
+        ]

@@ -140,7 +140,7 @@ def test_no_lendable_pool_no_affinity_and_node_port_as_given() -> None:
         ({"a": {"replicas": -1}}, "slurm_cluster_login_sets.a.replicas: -1 is not a replica count"),
         (
             {"a": {"node_selector": {"hpcops.io/pool": "interactive"}}},
-            "slurm_cluster_login_sets.a.node_selector: selects no Kubernetes node outside the lendable pools",
+            "slurm_cluster_login_sets.a.node_selector: selects no Kubernetes node outside the lendable and bridge pools",
         ),
         ({"a": {"root_authorized_keys": ["hunter2"]}}, "slurm_cluster_login_sets.a.root_authorized_keys[0]: is not an SSH public key"),
         ({"a": {"sshd_config": {"UsePAM": False}}}, "slurm_cluster_login_sets.a.sshd_config.UsePAM: is set by the login image"),
