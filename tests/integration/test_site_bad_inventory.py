@@ -309,6 +309,31 @@ CASES: list[tuple[str, dict[str, t.Any], str, str]] = [
         "is not inside the nodes' networks (192.0.2.0/24)",
     ),
     (
+        "bridge-pool-over-the-lendable-nodes",
+        {
+            "slinky_components": ["slurm_cluster", "slurm_bridge"],
+            "slurm_cluster_pools": {
+                **LAB_POOLS,
+                "bridge": {"kind": "bridge", "node_selector": {"hpcops.io/pool": "interactive"}},
+            },
+        },
+        "slurm_cluster_pools.interactive.node_selector",
+        "give each pool node_selector labels no other pool's nodes have",
+    ),
+    (
+        "bridge-pool-with-mcs-user",
+        {
+            "slinky_components": ["slurm_cluster", "slurm_bridge"],
+            "slurm_cluster_mcs": "user:enforced,select",
+            "slurm_cluster_pools": {
+                **{k: v for k, v in LAB_POOLS.items() if k != "burst"},
+                "bridge": {"kind": "bridge", "node_selector": {"hpcops.io/pool": "burst"}},
+            },
+        },
+        "slurm_cluster_mcs",
+        "use 'label'",
+    ),
+    (
         "chart-source-two-forms",
         {
             "slurm_cluster_chart": {
