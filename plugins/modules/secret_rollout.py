@@ -137,6 +137,7 @@ def main() -> None:
                 msg=f"secret: there is no Secret {namespace}/{params['secret']}; name the one "
                 "the workloads read (a Slinky Token writes its Secret a few seconds after it is made)"
             )
+            return
         workloads: list[dict[str, t.Any]] = []
         for entry in params["workloads"]:
             obj = get_object(client, "apps/v1", entry["kind"], entry["name"], namespace)
@@ -144,6 +145,7 @@ def main() -> None:
                 module.fail_json(
                     msg=f"workloads: there is no {entry['kind']} {namespace}/{entry['name']}"
                 )
+                return
             workloads.append(obj)
         digest = secret_digest(secret.get("data"))
         plans = plan_rollouts(params["secret"], digest, workloads)

@@ -84,7 +84,7 @@ def bridge_pool(pools: Mapping[str, t.Any]) -> BridgePool | None:
     if len(found) > 1:
         raise ConfigError(
             POOLS_VAR,
-            f"pools {[name for name, _ in found]} are all of kind bridge",
+            f"pools {[name for name, _pool in found]} are all of kind bridge",
             "slurm-bridge schedules into one partition: keep one pool of kind bridge",
         )
     name, pool = found[0]

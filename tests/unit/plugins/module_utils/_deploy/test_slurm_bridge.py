@@ -53,9 +53,9 @@ def with_pool(**changes: t.Any) -> dict[str, t.Any]:
     return {**SETTINGS, "pools": {**SETTINGS["pools"], "bridge": {**BRIDGE, **changes}}}
 
 
-def refusal(settings: dict[str, t.Any], nodes: list[dict[str, t.Any]] = NODES) -> ConfigError:
+def refusal(settings: dict[str, t.Any], nodes: list[dict[str, t.Any]] | None = None) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
-        build_values(settings, nodes)
+        build_values(settings, NODES if nodes is None else nodes)
     return caught.value
 
 
