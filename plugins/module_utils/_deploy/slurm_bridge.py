@@ -33,7 +33,18 @@ POOLS_VAR = "slurm_cluster_pools"
 BRIDGE_KIND = "bridge"
 NODE_MODES = ("hybrid", "external")
 DEFAULT_PARTITION = "slurm-bridge"
-POOL_KEYS = frozenset({"kind", "node_selector", "nodes", "partition", "partition_config", "values"})
+POOL_KEYS = frozenset(
+    {
+        "kind",
+        "node_selector",
+        "nodes",
+        "partition",
+        "partition_config",
+        "features",
+        "default_mem_per_cpu_mib",
+        "values",
+    }
+)
 # The bridge's own names (internal/wellknown of slurm-bridge v1.2.1).
 MANAGED_NODE_TAINT = "slinky.slurm.net/managed-node"
 SLURM_NODENAME_LABEL = "slinky.slurm.net/slurm-nodename"
