@@ -29,6 +29,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_upgra
     upgrade_report,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+    NO_BRIDGE_POOL,
     BridgePool,
     bridge_pool,
     bridge_problems,
@@ -214,10 +215,7 @@ def _bridge(name: str, pools: t.Any) -> BridgePool:
     except ConfigError as err:
         raise AnsibleFilterError(str(err)) from None
     if bridge is None:
-        raise AnsibleFilterError(
-            "slurm_cluster_pools: no pool of kind bridge, so slurm-bridge has no nodes; add "
-            "one, for example {bridge: {kind: bridge, node_selector: {hpcops.io/pool: bridge}}}"
-        )
+        raise AnsibleFilterError(NO_BRIDGE_POOL)
     return bridge
 
 

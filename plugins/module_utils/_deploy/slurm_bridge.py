@@ -57,6 +57,10 @@ MIN_KUBERNETES = (1, 35)
 # group and user take only the job's own account, group or user as a label.
 MCS_PLUGINS = ("none", "label")
 PARTITION_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+NO_BRIDGE_POOL = (
+    f"{POOLS_VAR}: no pool of kind bridge, so slurm-bridge has no nodes: add one, for "
+    "example {bridge: {kind: bridge, node_selector: {hpcops.io/pool: bridge}}}"
+)
 
 
 @dataclass(frozen=True)
@@ -219,10 +223,7 @@ def bridge_problems(
     except ConfigError as err:
         return [str(err)]
     if bridge is None:
-        return [
-            f"{POOLS_VAR}: no pool of kind bridge, so slurm-bridge has no nodes: add one, for "
-            "example {bridge: {kind: bridge, node_selector: {hpcops.io/pool: bridge}}}"
-        ]
+        return [NO_BRIDGE_POOL]
     release = kubernetes_release(k8s_version)
     if release < MIN_KUBERNETES:
         problems.append(
