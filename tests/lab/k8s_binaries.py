@@ -162,6 +162,13 @@ SOURCE_ARCHIVES = {
             "a6df5fb9b9c20165d886f908859f9554f0a530352521d453fd421847b0e66aea",
         ),
         SourceArchive(
+            "slurm-bridge-v1.2.1",
+            "github.com/SlinkyProject/slurm-bridge",
+            "v1.2.1",
+            "a7d126e8fcd239e6a382c163cf4f1e36384cc741",
+            "03f1bc9cbf5462fe10baad49e88e3ce990e43d04d8e792d9381e0efb8f84e94d",
+        ),
+        SourceArchive(
             "slurm-client-v1.2.1",
             SLURM_CLIENT_MODULE,
             "v1.2.1",
@@ -653,6 +660,54 @@ def package_chart(
         packages[0].rename(out)
     log(f"packaged {folder} as {out}")
     return out
+
+
+# slurm-bridge (Slurm as a Kubernetes scheduler): the proxy refuses it, so it comes only from
+# its release archive, with the slurm-client v1.2.1 archive its go.mod names; without them
+# kind runs without the bridge. Its scheduler links Kubernetes' own (k8s.io/kubernetes
+# v1.36.0): 3.9 core-minutes cold; admission and controllers then take seconds.
+SLURM_BRIDGE_MODULE = "github.com/SlinkyProject/slurm-bridge"
+SLURM_BRIDGE_VERSION = "v1.2.1"
+SLURM_BRIDGE_PROGRAMS = ("scheduler", "admission", "controllers")
+
+
+def slurm_bridge_archive() -> SourceArchive:
+    return SOURCE_ARCHIVES[(SLURM_BRIDGE_MODULE, SLURM_BRIDGE_VERSION)]
+
+
+def slurm_bridge_buildable() -> bool:
+    return (
+        slurm_bridge_archive().present()
+        and SOURCE_ARCHIVES[(SLURM_CLIENT_MODULE, SLURM_BRIDGE_VERSION)].present()
+    )
+
+
+def build_slurm_bridge(binary: Binary, out: Path) -> None:
+    """cmd/<program> of the archived tree, as its Dockerfile builds it (static, no cgo)."""
+    client = SOURCE_ARCHIVES[(SLURM_CLIENT_MODULE, SLURM_BRIDGE_VERSION)].unpacked()
+    program = binary.name.removeprefix("slurm-bridge-")
+    with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
+        tree = Path(scratch, "slurm-bridge")
+        writable_copy(slurm_bridge_archive().unpacked(), tree)
+        run_logged(
+            ["go", "mod", "edit", f"-replace={SLURM_CLIENT_MODULE}={client}"],
+            binary.build_log,
+            cwd=tree,
+        )
+        run_logged(
+            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out),
+             f"./cmd/{program}"],
+            binary.build_log,
+            cwd=tree,
+        )  # fmt: skip
+
+
+def slurm_bridge_chart() -> Path:
+    """helm/slurm-bridge of the archived release (its Chart.yaml has the release's version)."""
+    version = SLURM_BRIDGE_VERSION.lstrip("v")
+    return package_chart(
+        slurm_bridge_archive().unpacked() / "helm/slurm-bridge", f"slurm-bridge-{version}"
+    )
 
 
 # The chart repository is a Go module too (its tags are the chart versions).
@@ -1212,6 +1267,18 @@ BINARIES: dict[str, Binary] = {
             )
             for program, minutes in zip(CERT_MANAGER_COMMANDS, (1.5, 1.7, 0.1, 0.2), strict=True)
             if cert_manager_buildable()
+        ),
+        *(
+            Binary(
+                f"slurm-bridge-{program}",
+                SLURM_BRIDGE_VERSION,
+                build_slurm_bridge,
+                ("--help",),
+                "-config",
+                minutes,
+            )
+            for program, minutes in zip(SLURM_BRIDGE_PROGRAMS, (3.9, 0.1, 0.1), strict=True)
+            if slurm_bridge_buildable()
         ),
         *(
             Binary(name, KEDA_VERSION, build_keda, ("--help",), "--cert-dir", minutes)

@@ -752,6 +752,14 @@ def addon_images() -> list[Image]:
             images.append(Image(name, f"{CERT_MANAGER_REPOSITORY}/{name}:{version}",
                                 binary_root((name, path)), binary_inputs(name),
                                 entrypoint=(path,), user=NONROOT))  # fmt: skip
+    if k8s_binaries.slurm_bridge_buildable():
+        tag = k8s_binaries.SLURM_BRIDGE_VERSION.lstrip("v")
+        for program in k8s_binaries.SLURM_BRIDGE_PROGRAMS:
+            name = f"slurm-bridge-{program}"
+            # As the bridge's own images (distroless static, nonroot, /<program>).
+            images.append(Image(name, f"{SLURM_REPOSITORY}/{name}:{tag}",
+                                binary_root((name, f"/{program}")), binary_inputs(name),
+                                entrypoint=(f"/{program}",), user=NONROOT))  # fmt: skip
     keda_tag = k8s_binaries.KEDA_VERSION.lstrip("v")
     for name, (repository, path) in KEDA_COMMANDS.items():
         images.append(Image(name, f"{KEDA_REPOSITORY}/{repository}:{keda_tag}",
@@ -856,7 +864,8 @@ def stage_checkout(refs: dict[str, str]) -> Path:
 
     bin/ links kind, kubectl and helm; charts/ the Slinky charts packaged from the operator's
     tree (the release of the operator image), KEDA's and, when its sources are here,
-    cert-manager's (then cert-manager-version names its release); prometheus-operator/ the
+    cert-manager's and slurm-bridge's (then cert-manager-version and
+    slurm-bridge-version name their releases); prometheus-operator/ the
     Prometheus operator's CRDs and RBAC, and monitoring.json its images and Prometheus';
     load-images.txt the images `kind load` puts on the nodes; slurm-image-tag the tag of the
     Slurm images, mariadb-image-tag that of MariaDB; slinky-version that release.
@@ -882,6 +891,12 @@ def stage_checkout(refs: dict[str, str]) -> Path:
         log(
             f"no cert-manager in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}"
         )
+    bridge = CHECKOUT_DIR / "slurm-bridge-version"
+    if "slurm-bridge" in charts:
+        bridge.write_text(k8s_binaries.SLURM_BRIDGE_VERSION.lstrip("v") + "\n")
+    else:
+        bridge.unlink(missing_ok=True)
+        log(f"no slurm-bridge in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}")
     monitoring = {
         "operator_image": refs["prometheus-operator"],
         "config_reloader_image": refs["prometheus-config-reloader"],
@@ -922,6 +937,8 @@ def addon_charts() -> dict[str, Path]:
     charts["metallb"] = k8s_binaries.metallb_chart()
     if k8s_binaries.cert_manager_buildable():
         charts["cert-manager"] = k8s_binaries.cert_manager_local_chart()
+    if k8s_binaries.slurm_bridge_buildable():
+        charts["slurm-bridge"] = k8s_binaries.slurm_bridge_chart()
     return charts
 
 
@@ -941,6 +958,11 @@ KIND_BINARIES = (
         if k8s_binaries.cert_manager_buildable()
     ),
     *KEDA_COMMANDS,
+    *(
+        f"slurm-bridge-{p}"
+        for p in k8s_binaries.SLURM_BRIDGE_PROGRAMS
+        if k8s_binaries.slurm_bridge_buildable()
+    ),
     "prometheus-operator",
     "prometheus-config-reloader",
     "mariadb-operator",

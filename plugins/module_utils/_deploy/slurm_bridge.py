@@ -53,9 +53,10 @@ EXTERNAL_PARTITIONS_ANNOTATION = "scheduler.slinky.slurm.net/external-node-parti
 # What the bridge needs (its README): external jobs came with Slurm 25.11's data parser.
 MIN_SLURM = (25, 11)
 MIN_KUBERNETES = (1, 35)
-# The MCS plugins whose label the bridge's jobs can carry (McsLabel=<mcs_label>): mcs/account,
-# group and user take only the job's own account, group or user as a label.
-MCS_PLUGINS = ("none", "label")
+# The MCS plugins whose label the bridge's jobs can carry (McsLabel=<mcs_label>): mcs/group and
+# user take only the job's own group or user as a label; mcs/account takes its account, so
+# the slurm_bridge role runs the bridge's jobs in an account named as the label.
+MCS_PLUGINS = ("none", "label", "account")
 PARTITION_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 NO_BRIDGE_POOL = (
     f"{POOLS_VAR}: no pool of kind bridge, so slurm-bridge has no nodes: add one, for "
@@ -145,7 +146,8 @@ def check_bridge_cluster(
             "slurm_cluster_mcs",
             f"mcs/{mcs_plugin} refuses the label slurm-bridge gives its jobs (slurm_bridge_mcs_label)",
             "use 'label' (for example 'label:ondemand,ondemandselect', which keeps Slurm's and "
-            "the bridge's jobs apart) or 'none'",
+            "the bridge's jobs apart), 'account' (the bridge's jobs then run in the account "
+            "slurm_bridge_mcs_label names) or 'none'",
         )
 
 

@@ -1191,12 +1191,16 @@ def _nodeset_values(
                 }
             }
         }
+    tolerations: list[dict[str, str]] = []
     if pool.get("kind") == "lendable":
-        pod_spec["tolerations"] = [
-            {"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"}
-        ]
-    if pool.get("kind") == BRIDGE_KIND:
-        pod_spec["tolerations"] = hybrid_tolerations()
+        tolerations.append({"key": f"{prefix}/lent", "operator": "Exists", "effect": "NoSchedule"})
+    # slurm-bridge taints (NoExecute) every Kubernetes node named like a Slurm node, as a
+    # DaemonSet NodeSet's nodes are (a lent node too, whatever its partition): their slurmd
+    # stays through it.
+    if plan.scaling_mode == "DaemonSet" and bridge_pool(_mapping(settings.get("pools"), "")):
+        tolerations.extend(hybrid_tolerations())
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     nodeset = merged(
         merged(line.nodeset_base, nodeset_defaults),
         {

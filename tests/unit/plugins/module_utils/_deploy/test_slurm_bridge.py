@@ -78,6 +78,26 @@ def test_a_hybrid_pool_is_a_daemonset_nodeset_that_stays_through_the_bridges_tai
     assert "bridge" not in values["partitions"]["backfill"]["nodesets"]
 
 
+def test_every_daemonset_nodesets_slurmd_stays_through_the_bridges_taint() -> None:
+    # The bridge taints each Kubernetes node named like a Slurm node: a lent node too.
+    lendable = build_values(SETTINGS, NODES)["nodesets"]["interactive"]["podSpec"]
+    assert lendable["tolerations"] == [
+        {"key": "hpcops.io/lent", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": MANAGED_NODE_TAINT, "operator": "Exists", "effect": "NoExecute"},
+    ]
+    # Without a bridge pool nothing taints them, and nothing is tolerated in advance.
+    without = {**SETTINGS, "pools": {k: v for k, v in SETTINGS["pools"].items() if k != "bridge"}}
+    assert build_values(without, NODES)["nodesets"]["interactive"]["podSpec"]["tolerations"] == [
+        {"key": "hpcops.io/lent", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_mcs_account_is_taken_with_accounting() -> None:
+    # The bridge's jobs then run in the account its MCS label names (the slurm_bridge role).
+    values = build_values({**SETTINGS, "mcs": "account:enforced,select", "accounting": True}, NODES)
+    assert values["controller"]["extraConfMap"]["MCSPlugin"] == "mcs/account"
+
+
 def test_an_external_pool_has_no_slurmd_and_gathers_the_registered_nodes_by_feature() -> None:
     values = build_values(
         with_pool(nodes="external", partition="k8s", partition_config={"MaxTime": "1:00:00"}),
@@ -99,9 +119,9 @@ def test_an_external_pool_has_no_slurmd_and_gathers_the_registered_nodes_by_feat
             "has no external jobs",
         ),
         (
-            {**with_pool(), "mcs": "account:enforced,select", "accounting": True},
+            {**with_pool(), "mcs": "group:enforced,select"},
             "slurm_cluster_mcs",
-            "mcs/account refuses",
+            "mcs/group refuses",
         ),
         (with_pool(nodes="sidecar"), "slurm_cluster_pools.bridge.nodes", "unknown mode"),
         (
