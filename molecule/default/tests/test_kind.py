@@ -131,6 +131,7 @@ NODE_HOSTS = {
     "hpcops-worker": "hpc",
     "hpcops-worker2": "interactive",
     "hpcops-worker3": "interactive",
+    "hpcops-worker4": "bridge",
 }
 
 

@@ -16,6 +16,9 @@ import typing as t
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+    MANAGED_NODE_TAINT as BRIDGE_MANAGED_NODE_TAINT,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     ESCALATIONS,
     UNDER_WAY,
@@ -168,6 +171,10 @@ def node_patch(
             t_
             for t_ in node.get("spec", {}).get("taints") or []
             if not (t_.get("key") == markers.taint_key and t_.get("effect") == markers.taint_effect)
+            # slurm-bridge taints a node while Slurm has a node of its name (a lent one too)
+            # and drops the taint only when it next looks, seen a minute and more later: a
+            # node given back has no Slurm node any more, so the taint goes with ours.
+            and not (not taint and t_.get("key") == BRIDGE_MANAGED_NODE_TAINT)
         ]
         patch["spec"] = {"taints": [*others, markers.taint] if taint else others}
     if cordon is not None:

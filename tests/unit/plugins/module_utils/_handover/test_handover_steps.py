@@ -138,6 +138,16 @@ def test_patch_carries_the_resource_version_and_keeps_other_taints() -> None:
     assert untaint["metadata"]["labels"] == {MARKERS.lend_label: None}  # merge patch: remove
 
 
+def test_a_node_given_back_loses_slurm_bridges_taint_too() -> None:
+    # slurm-bridge taints a lent node (Slurm has a node of its name) and is slow to untaint it.
+    bridge = {"key": "slinky.slurm.net/managed-node", "value": "slurm-bridge-scheduler",
+              "effect": "NoExecute"}  # fmt: skip
+    lent = k8s_node(taints=[MARKERS.taint, bridge], labels={MARKERS.lend_label: "true"})
+    assert node_patch(lent, MARKERS, taint=False)["spec"]["taints"] == []
+    # A lend keeps it: Slurm is about to have the node.
+    assert node_patch(lent, MARKERS, taint=True)["spec"]["taints"] == [bridge, MARKERS.taint]
+
+
 def test_journal_of_a_node() -> None:
     assert journal_of(k8s_node(), MARKERS).state == "free"
     assert journal_of(k8s_node(journal='{"state": "lent", "op": "x"}'), MARKERS).op == "x"
