@@ -243,9 +243,15 @@ def slurm_bridge_problems(
 
 
 def slurm_bridge_node_marks(pools: t.Any, nodes: t.Any) -> dict[str, dict[str, dict[str, str]]]:
-    """The labels and annotations each of the bridge's Kubernetes nodes needs."""
+    """The labels and annotations each of the bridge's Kubernetes nodes needs, and those of
+    the lendable pools (a Slurm name label the bridge never takes for a Slurm node's)."""
     bridge = _bridge("slurm_bridge_node_marks", pools)
-    return node_marks(bridge, _objects("slurm_bridge_node_marks", nodes))
+    lendable = [
+        {str(k): str(v) for k, v in (pool.get("node_selector") or {}).items()}
+        for pool in _pools("slurm_bridge_node_marks", pools).values()
+        if isinstance(pool, dict) and pool.get("kind") == "lendable" and pool.get("node_selector")
+    ]
+    return node_marks(bridge, _objects("slurm_bridge_node_marks", nodes), lendable)
 
 
 def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:

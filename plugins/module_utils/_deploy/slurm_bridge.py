@@ -57,6 +57,7 @@ MIN_KUBERNETES = (1, 35)
 # user take only the job's own group or user as a label; mcs/account takes its account, so
 # the slurm_bridge role runs the bridge's jobs in an account named as the label.
 MCS_PLUGINS = ("none", "label", "account")
+UNBRIDGED_SUFFIX = ".not-bridged"
 PARTITION_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 NO_BRIDGE_POOL = (
     f"{POOLS_VAR}: no pool of kind bridge, so slurm-bridge has no nodes: add one, for "
@@ -171,15 +172,34 @@ def slurm_node_name(k8s_name: str, labels: Mapping[str, str]) -> str:
     return labels.get(SLURM_NODENAME_LABEL) or k8s_name.split(".", 1)[0]
 
 
+def unbridged_name(k8s_name: str) -> str:
+    """A Slurm name label no Slurm node has (Slurm node names have no dot): the bridge then
+    never takes the node for one of Slurm's."""
+    return f"{k8s_name.split('.', 1)[0][: 63 - len(UNBRIDGED_SUFFIX)]}{UNBRIDGED_SUFFIX}"
+
+
 def node_marks(
-    bridge: BridgePool, k8s_nodes: Sequence[Mapping[str, t.Any]]
+    bridge: BridgePool,
+    k8s_nodes: Sequence[Mapping[str, t.Any]],
+    lendable_selectors: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, dict[str, dict[str, str]]]:
     """The labels and annotations each bridge node needs, by Kubernetes node name.
 
     A node whose name has a domain gets the Slurm name label (slurmd's DaemonSet pod and the
     bridge both use the first label); an external node also gets the bridge's registration
-    label and its partition."""
+    label and its partition. A node of a lendable pool (lendable_selectors) gets a Slurm
+    name label no Slurm node has: the bridge taints (NoExecute) every node named like a Slurm
+    node, a lent one too, and acting on what it read from Slurm tens of seconds before, it
+    taints a node the handover has just given back and evicts the application there."""
     marks: dict[str, dict[str, dict[str, str]]] = {}
+    for obj in k8s_nodes:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        labels = dict(meta.get("labels") or {})
+        if any(all(labels.get(k) == v for k, v in sel.items()) for sel in lendable_selectors):
+            wanted = unbridged_name(name)
+            if labels.get(SLURM_NODENAME_LABEL) != wanted:
+                marks[name] = {"labels": {SLURM_NODENAME_LABEL: wanted}, "annotations": {}}
     for obj in k8s_nodes:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
