@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 import types
@@ -33,55 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _common import figure, maximum, median  # noqa: E402
+from _kind import KIND_DIR, NAMESPACE, ask_token, drop_token, kubectl, slurmrestd_url  # noqa: E402
 
-KIND_DIR = Path(os.environ.get("HPCOPS_KIND_DIR", REPO / ".kind"))
 BENCH_OBJECTS = "bench-autoscale"  # the Slinky Token and its Secret
-NAMESPACE = "slurm"
 PARTITION = "batch"
 JOB_S = 5
 STEPS = ("scaled_out", "job_running", "zero_replicas", "pod_gone")
-
-
-def kubectl(*args: str, stdin: str | None = None) -> str:
-    return subprocess.run(
-        [str(KIND_DIR / "bin/kubectl"), "--kubeconfig", str(KIND_DIR / "kubeconfig"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-
-
-def slurmrestd_url() -> str:
-    """The restapi Service's node port on the control plane (as inventories/kind has it)."""
-    port = kubectl("get", "svc", "-n", NAMESPACE, "slurm-restapi", "-o",
-                   "jsonpath={.spec.ports[0].nodePort}")  # fmt: skip
-    address = kubectl("get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o",
-                      "jsonpath={.items[0].status.addresses[?(@.type=='InternalIP')].address}")  # fmt: skip
-    return f"http://{address}:{port}"
-
-
-def ask_token() -> None:
-    """A Slinky Token of SlurmUser in a Secret (as the scenario's verify asks for one)."""
-    kubectl("apply", "-f", "-", stdin=f"""
-apiVersion: slinky.slurm.net/v1beta1
-kind: Token
-metadata: {{name: {BENCH_OBJECTS}, namespace: {NAMESPACE}}}
-spec:
-  username: slurm
-  lifetime: 2h
-  jwtHs256KeyRef: {{name: slurm-jwt-key, key: jwt_hs256.key}}
-  secretRef: {{name: {BENCH_OBJECTS}-token, key: auth-token}}
-""")  # fmt: skip
-    deadline = time.monotonic() + 60
-    while subprocess.run(
-        [str(KIND_DIR / "bin/kubectl"), "--kubeconfig", str(KIND_DIR / "kubeconfig"),
-         "get", "secret", "-n", NAMESPACE, f"{BENCH_OBJECTS}-token"],
-        capture_output=True, check=False,
-    ).returncode:  # fmt: skip
-        if time.monotonic() > deadline:
-            raise SystemExit("the operator made no token Secret in 60 s")
-        time.sleep(1)
 
 
 def trial(autoscale: types.ModuleType, path: str) -> dict[str, float]:
@@ -128,7 +84,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "molecule/shared/tests"))
     import kind_autoscale as autoscale  # noqa: PLC0415 - reads the environment set above
 
-    ask_token()
+    ask_token(BENCH_OBJECTS)
     found = autoscale.metric_path()
     results: dict[str, list[dict[str, float]]] = {}
     timing: dict[str, dict[str, int]] = {}
@@ -149,7 +105,7 @@ def main() -> int:
     finally:
         if autoscale.metric_path() != found:
             autoscale.switch_metric_path(found)
-        kubectl("delete", "token", "-n", NAMESPACE, BENCH_OBJECTS, "--ignore-not-found")
+        drop_token(BENCH_OBJECTS)
     print(f"\nmedian (max) seconds over {args.trials} trials; a {JOB_S} s job at zero replicas")
     print(f"{'path':<11}" + "".join(f"{step:>18}" for step in STEPS) + "   KEDA")
     for path, figures in results.items():

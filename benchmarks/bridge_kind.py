@@ -31,43 +31,30 @@ only on the batch job).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
-import re
 import subprocess
 import sys
 import time
+import types
 import typing as t
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _common import attempt, summary, table  # noqa: E402
+from _kind import KIND_DIR, NAMESPACE, ask_token, drop_token, kubectl, slurmrestd_url  # noqa: E402
 
-KIND_DIR = Path(os.environ.get("HPCOPS_KIND_DIR", REPO / ".kind"))
-SLURM_NAMESPACE = "slurm"
 BRIDGE_NAMESPACE = "bridge"
 PARTITION = "slurm-bridge"
-ACCOUNT = "kubernetes"
 BENCH = "bench-bridge"  # the Token, its Secret, the pods' and jobs' names
-API = "v0.0.44"
 IMAGE = "hpcops.local/library/busybox:1.38"
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
-    proc = subprocess.run(
-        [str(KIND_DIR / "bin/kubectl"), "--kubeconfig", str(KIND_DIR / "kubeconfig"), *args],
-        input=stdin, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args[:3])}: {proc.stderr.strip()[:300]}")
-    return proc.stdout
-
-
-def wait(predicate: t.Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1) -> float:
+def wait(
+    predicate: t.Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1
+) -> float:
     started = time.monotonic()
     while not predicate():
         if time.monotonic() - started > timeout_s:
@@ -76,69 +63,19 @@ def wait(predicate: t.Callable[[], bool], timeout_s: float, what: str, poll_s: f
     return time.monotonic() - started
 
 
-class Slurm:
-    """slurmrestd through the restapi Service's node port, as SlurmUser (a Slinky Token)."""
-
-    def __init__(self) -> None:
-        port = kubectl("get", "svc", "-n", SLURM_NAMESPACE, "slurm-restapi", "-o",
-                       "jsonpath={.spec.ports[0].nodePort}")  # fmt: skip
-        address = kubectl("get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o",
-                          "jsonpath={.items[0].status.addresses[?(@.type=='InternalIP')].address}")  # fmt: skip
-        self.url = f"http://{address}:{port}"
-        kubectl("apply", "-f", "-", stdin=f"""
-apiVersion: slinky.slurm.net/v1beta1
-kind: Token
-metadata: {{name: {BENCH}, namespace: {SLURM_NAMESPACE}}}
-spec:
-  username: slurm
-  lifetime: 2h
-  jwtHs256KeyRef: {{name: slurm-jwt-key, key: jwt_hs256.key}}
-  secretRef: {{name: {BENCH}-token, key: auth-token}}
-""")  # fmt: skip
-        wait(lambda: bool(kubectl("get", "secret", "-n", SLURM_NAMESPACE, f"{BENCH}-token",
-                                  "-o", "jsonpath={.data.auth-token}", check=False)),
-             60, "the operator's token Secret", 1)  # fmt: skip
-        encoded = kubectl("get", "secret", "-n", SLURM_NAMESPACE, f"{BENCH}-token", "-o",
-                          "jsonpath={.data.auth-token}")  # fmt: skip
-        self._token = base64.b64decode(encoded).decode()
-
-    def request(self, method: str, path: str, body: object = None) -> dict[str, t.Any]:
-        request = urllib.request.Request(
-            f"{self.url}/slurm/{API}/{path}", method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"X-SLURM-USER-NAME": "slurm", "X-SLURM-USER-TOKEN": self._token,
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
-        with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - the bench's own URL
-            return t.cast("dict[str, t.Any]", json.loads(answer.read() or b"{}"))
-
-    def submit(self, name: str, seconds: int, *, held: bool = False, partition: str = PARTITION) -> int:
-        job = {
-            "name": name, "partition": partition, "account": ACCOUNT, "hold": held,
-            "time_limit": {"set": True, "number": 10}, "current_working_directory": "/tmp",
-            "environment": ["PATH=/usr/bin:/bin"], "script": f"#!/bin/sh\nsleep {seconds}\n",
-        }  # fmt: skip
-        return int(self.request("POST", "job/submit", {"job": job})["job_id"])
-
-    def jobs(self) -> list[dict[str, t.Any]]:
-        return t.cast("list[dict[str, t.Any]]", self.request("GET", "jobs")["jobs"])
-
-    def job_state(self, job_id: int) -> str:
-        answer = self.request("GET", f"job/{job_id}")
-        return str(answer["jobs"][0]["job_state"][0]) if answer.get("jobs") else "GONE"
-
-    def cancel_bench_jobs(self) -> None:
-        for job in self.jobs():
-            if str(job.get("name", "")).startswith(BENCH) and set(job["job_state"]) & {"PENDING", "RUNNING"}:
-                self.request("DELETE", f"job/{job['job_id']}")
-
-    def diag(self) -> dict[str, t.Any]:
-        return self.request("GET", "diag")["statistics"]
+def job_state(kind: types.ModuleType, job_id: int) -> str:
+    jobs = kind.slurmrestd("GET", f"job/{job_id}").get("jobs") or []
+    return str(jobs[0]["job_state"][0]) if jobs else "GONE"
 
 
-def sdiag_job_info(slurm: Slurm) -> tuple[int, float]:
+def cancel(kind: types.ModuleType, job_ids: t.Iterable[int]) -> None:
+    for job_id in job_ids:
+        kind.slurmrestd("DELETE", f"job/{job_id}")
+
+
+def sdiag_job_info(kind: types.ModuleType) -> tuple[int, float]:
     """slurmctld's REQUEST_JOB_INFO RPCs since its last reset: count, average µs."""
-    for rpc in slurm.diag().get("rpcs_by_message_type") or []:
+    for rpc in kind.slurmrestd("GET", "diag")["statistics"].get("rpcs_by_message_type") or []:
         if rpc.get("message_type") == "REQUEST_JOB_INFO":
             average = rpc.get("average_time") or 0
             if isinstance(average, dict):  # a "no value" struct from v0.0.40 on
@@ -148,7 +85,7 @@ def sdiag_job_info(slurm: Slurm) -> tuple[int, float]:
 
 
 def reset_sdiag() -> None:
-    kubectl("exec", "-n", SLURM_NAMESPACE, "slurm-controller-0", "-c", "slurmctld", "--",
+    kubectl("exec", "-n", NAMESPACE, "slurm-controller-0", "-c", "slurmctld", "--",
             "sdiag", "--reset")  # fmt: skip
 
 
@@ -173,16 +110,16 @@ def delete_pod(name: str) -> None:
             "--grace-period=0", "--force", "--wait=true")  # fmt: skip
 
 
-def node_free(slurm: Slurm) -> bool:
+def node_free(kind: types.ModuleType) -> bool:
     return not any(
         job["partition"] == PARTITION and set(job["job_state"]) & {"RUNNING", "COMPLETING"}
-        for job in slurm.jobs()
+        for job in kind.slurmrestd("GET", "jobs")["jobs"]
     )
 
 
-def idle_trial(slurm: Slurm, index: int) -> float:
+def idle_trial(kind: types.ModuleType, index: int) -> float:
     name = f"{BENCH}-idle-{index}"
-    wait(lambda: node_free(slurm), 120, "the bridge's node free", 0.5)
+    wait(lambda: node_free(kind), 120, "the bridge's node free", 0.5)
     started = time.monotonic()
     kubectl("apply", "-f", "-", stdin=pod_manifest(name))
     wait(lambda: pod_phase(name) == "Running", 120, f"pod {name} running")
@@ -192,13 +129,13 @@ def idle_trial(slurm: Slurm, index: int) -> float:
     return took
 
 
-def busy_trial(slurm: Slurm, index: int, job_s: int) -> float:
+def busy_trial(kind: types.ModuleType, index: int, job_s: int) -> float:
     name = f"{BENCH}-busy-{index}"
-    wait(lambda: node_free(slurm), 120, "the bridge's node free", 0.5)
-    job = slurm.submit(f"{BENCH}-hold-{index}", job_s)
-    wait(lambda: slurm.job_state(job) == "RUNNING", 60, f"batch job {job} running", 0.5)
+    wait(lambda: node_free(kind), 120, "the bridge's node free", 0.5)
+    job = kind.submit(f"{BENCH}-hold-{index}", f"#!/bin/sh\nsleep {job_s}\n", partition=PARTITION)
+    wait(lambda: job_state(kind, job) == "RUNNING", 60, f"batch job {job} running", 0.5)
     kubectl("apply", "-f", "-", stdin=pod_manifest(name))
-    wait(lambda: slurm.job_state(job) not in ("RUNNING", "PENDING"), job_s + 60,
+    wait(lambda: job_state(kind, job) not in ("RUNNING", "PENDING"), job_s + 60,
          f"batch job {job} ended", 0.1)  # fmt: skip
     ended = time.monotonic()
     wait(lambda: pod_phase(name) == "Running", 120, f"pod {name} running")
@@ -208,25 +145,25 @@ def busy_trial(slurm: Slurm, index: int, job_s: int) -> float:
     return took
 
 
-def reads_case(slurm: Slurm, pending: int, window_s: int) -> tuple[float, float, float]:
+def reads_case(kind: types.ModuleType, pending: int, window_s: int) -> tuple[float, float, float]:
     """REQUEST_JOB_INFO per minute with no waiting pod and with one; average µs with it."""
-    held = [slurm.submit(f"{BENCH}-queue", 60, held=True, partition="batch") for _ in range(pending)]
+    held = [kind.submit(f"{BENCH}-queue", "#!/bin/sh\nsleep 60\n", partition="batch", hold=True)
+            for _ in range(pending)]  # fmt: skip
     try:
         reset_sdiag()
         time.sleep(window_s)
-        quiet, _ = sdiag_job_info(slurm)
+        quiet, _ = sdiag_job_info(kind)
         name = f"{BENCH}-unplaceable"
         # More CPUs than the node has: Slurm never allocates it, the scheduler retries.
         kubectl("apply", "-f", "-", stdin=pod_manifest(name, cpu="64"))
         try:
             reset_sdiag()
             time.sleep(window_s)
-            busy, average_us = sdiag_job_info(slurm)
+            busy, average_us = sdiag_job_info(kind)
         finally:
             delete_pod(name)
     finally:
-        for job_id in held:
-            slurm.request("DELETE", f"job/{job_id}")
+        cancel(kind, held)
     per_minute = 60 / window_s
     print(f"  {pending} pending: {quiet * per_minute:.0f}/min quiet, "
           f"{busy * per_minute:.0f}/min with a waiting pod, {average_us:.0f} µs each", flush=True)  # fmt: skip
@@ -244,23 +181,41 @@ def main() -> int:
     if not (KIND_DIR / "kubeconfig").exists():
         print("no kind cluster: run `molecule converge -s default` first", file=sys.stderr)
         return 2
-    if not kubectl("get", "deploy", "-n", SLURM_NAMESPACE, "slurm-bridge-scheduler",
+    if not kubectl("get", "deploy", "-n", NAMESPACE, "slurm-bridge-scheduler",
                    "--ignore-not-found", "-o", "name"):  # fmt: skip
         print("slurm-bridge is not deployed (its release sources were not here)", file=sys.stderr)
         return 2
-    slurm = Slurm()
+    os.environ.update(
+        HPCOPS_KIND_SLURMRESTD=slurmrestd_url(),
+        HPCOPS_KIND_TOKEN_SECRET=ask_token(BENCH),
+        HPCOPS_KIND_SLURM_NAMESPACE=NAMESPACE,
+        KUBECONFIG=str(KIND_DIR / "kubeconfig"),
+        PATH=f"{KIND_DIR / 'bin'}:{os.environ['PATH']}",
+    )
+    sys.path.insert(0, str(REPO / "molecule/shared/tests"))
+    import kind_cluster as kind  # noqa: PLC0415 - reads the environment set above
+
     failed: dict[str, str] = {}
     try:
-        idle = attempt("idle", lambda: [idle_trial(slurm, i) for i in range(args.trials)], failed)
-        busy = attempt("busy", lambda: [busy_trial(slurm, i, args.job_s) for i in range(args.trials)], failed)
+        idle = attempt("idle", lambda: [idle_trial(kind, i) for i in range(args.trials)], failed)
+        busy = attempt(
+            "busy", lambda: [busy_trial(kind, i, args.job_s) for i in range(args.trials)], failed
+        )
         reads = {
-            n: attempt(f"reads {n}", lambda n=n: [reads_case(slurm, n, args.window_s)], failed)
+            n: attempt(f"reads {n}", lambda n=n: [reads_case(kind, n, args.window_s)], failed)
             for n in (int(x) for x in args.pending.split(",") if x)
         }
     finally:
-        slurm.cancel_bench_jobs()
+        cancel(
+            kind,
+            [
+                j["job_id"]
+                for j in kind.slurmrestd("GET", "jobs")["jobs"]
+                if str(j["name"]).startswith(BENCH) and set(j["job_state"]) & {"PENDING", "RUNNING"}
+            ],
+        )
         kubectl("delete", "pod", "-n", BRIDGE_NAMESPACE, "--all", "--ignore-not-found")
-        kubectl("delete", "token", "-n", SLURM_NAMESPACE, BENCH, "--ignore-not-found")
+        drop_token(BENCH)
     print(f"\npod to Running through slurm-bridge, seconds over {args.trials} trials")
     rows = [("case", "p50", "p95", "max", "jobs killed or requeued", "note")]
     rows.append(("idle node", *summary(idle), "0", failed.get("idle", "from the pod's creation")))
@@ -268,14 +223,15 @@ def main() -> int:
                  failed.get("busy", f"from the end of a {args.job_s} s batch job")))  # fmt: skip
     table(rows)
     print(f"\nslurmctld's REQUEST_JOB_INFO (a whole /jobs read), per minute over {args.window_s} s")
-    rows = [("held jobs", "quiet", "a pod waiting", "µs each", "note")]
+    read_rows = [("held jobs", "quiet", "a pod waiting", "µs each", "note")]
     for pending, result in reads.items():
         if result:
             quiet, waiting, average_us = result[0]
-            rows.append((str(pending), f"{quiet:.0f}", f"{waiting:.0f}", f"{average_us:.0f}", ""))
+            cells = (f"{quiet:.0f}", f"{waiting:.0f}", f"{average_us:.0f}", "")
         else:
-            rows.append((str(pending), "-", "-", "-", failed.get(f"reads {pending}", "")))
-    table(rows)
+            cells = ("-", "-", "-", failed.get(f"reads {pending}", ""))
+        read_rows.append((str(pending), *cells))
+    table(read_rows)
     if args.handover:
         print("\nbenchmarks/handover_kind.py on the same cluster:", flush=True)
         subprocess.run([sys.executable, str(REPO / "benchmarks/handover_kind.py"),

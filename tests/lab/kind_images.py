@@ -896,7 +896,9 @@ def stage_checkout(refs: dict[str, str]) -> Path:
         bridge.write_text(k8s_binaries.SLURM_BRIDGE_VERSION.lstrip("v") + "\n")
     else:
         bridge.unlink(missing_ok=True)
-        log(f"no slurm-bridge in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}")
+        log(
+            f"no slurm-bridge in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}"
+        )
     monitoring = {
         "operator_image": refs["prometheus-operator"],
         "config_reloader_image": refs["prometheus-config-reloader"],

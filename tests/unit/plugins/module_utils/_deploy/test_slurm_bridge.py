@@ -190,13 +190,18 @@ def test_lendable_nodes_get_a_slurm_name_the_bridge_never_takes_for_a_slurm_node
     bridge = bridge_pool(SETTINGS["pools"])
     assert bridge is not None
     marks = node_marks(bridge, NODES, [{"hpcops.io/pool": "interactive"}])
-    assert marks["int01"] == {"labels": {SLURM_NODENAME_LABEL: "int01.not-bridged"}, "annotations": {}}
+    assert marks["int01"] == {
+        "labels": {SLURM_NODENAME_LABEL: "int01.not-bridged"},
+        "annotations": {},
+    }
     assert "hpc01" not in marks  # a dedicated node: the bridge may keep pods off it
     # Marked once: a node that has the label needs nothing more.
     marked = node("int01", "interactive", **{SLURM_NODENAME_LABEL: "int01.not-bridged"})
     assert "int01" not in node_marks(bridge, [marked], [{"hpcops.io/pool": "interactive"}])
     long_name = "n" * 70 + ".site.example"
-    label = node_marks(bridge, [node(long_name, "interactive")], [{"hpcops.io/pool": "interactive"}])
+    label = node_marks(
+        bridge, [node(long_name, "interactive")], [{"hpcops.io/pool": "interactive"}]
+    )
     assert len(label[long_name]["labels"][SLURM_NODENAME_LABEL]) == 63
 
 
