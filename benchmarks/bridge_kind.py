@@ -148,11 +148,11 @@ def busy_trial(kind: types.ModuleType, index: int, job_s: int) -> float:
 def reads_case(kind: types.ModuleType, pending: int, window_s: int) -> tuple[float, float, float]:
     """REQUEST_JOB_INFO per minute with no waiting pod and with one; average µs with it."""
     held = [kind.submit(f"{BENCH}-queue", "#!/bin/sh\nsleep 60\n", partition="batch", hold=True)
-            for _ in range(pending)]  # fmt: skip
+            for _index in range(pending)]  # fmt: skip
     try:
         reset_sdiag()
         time.sleep(window_s)
-        quiet, _ = sdiag_job_info(kind)
+        quiet = sdiag_job_info(kind)[0]
         name = f"{BENCH}-unplaceable"
         # More CPUs than the node has: Slurm never allocates it, the scheduler retries.
         kubectl("apply", "-f", "-", stdin=pod_manifest(name, cpu="64"))
