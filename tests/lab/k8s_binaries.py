@@ -45,7 +45,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -363,6 +363,28 @@ def writable_copy(source: str | Path, tree: Path) -> None:
         path.chmod(path.stat().st_mode | 0o200)
 
 
+def build_in_tree(
+    binary: Binary,
+    out: Path,
+    tree: Path,
+    package: str,
+    replacements: Mapping[str, str | Path] | None = None,
+    ldflags: str = "-s -w",
+) -> None:
+    """`go build` of package in a writable source tree (writable_copy), with modules replaced
+    by local trees or other versions (`go mod edit -replace`): the builds of release sources
+    the proxy refuses."""
+    for module, replacement in (replacements or {}).items():
+        run_logged(
+            ["go", "mod", "edit", f"-replace={module}={replacement}"], binary.build_log, cwd=tree
+        )
+    run_logged(
+        ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags, "-o", str(out), package],
+        binary.build_log,
+        cwd=tree,
+    )
+
+
 def go_install(binary: Binary, out: Path, package: str, ldflags: str = "-s -w") -> None:
     """`go install package@version` into a scratch GOBIN, then move the result to out."""
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as gobin:
@@ -453,26 +475,12 @@ def build_slinky_operator(binary: Binary, out: Path) -> None:
         tree = Path(scratch, "slurm-operator")
         writable_copy(source, tree)
         replacement = slurm_client_replacement(wanted) if wanted else None
-        if replacement:
-            run_logged(
-                ["go", "mod", "edit", f"-replace={SLURM_CLIENT_MODULE}={replacement}"],
-                binary.build_log,
-                cwd=tree,
-            )
-        run_logged(
-            [
-                "go",
-                "build",
-                "-mod=mod",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                "-o",
-                str(out),
-                SLINKY_COMMANDS[binary.name],
-            ],
-            binary.build_log,
-            cwd=tree,
+        build_in_tree(
+            binary,
+            out,
+            tree,
+            SLINKY_COMMANDS[binary.name],
+            {SLURM_CLIENT_MODULE: replacement} if replacement else None,
         )
 
 
@@ -613,15 +621,7 @@ def build_cert_manager(binary: Binary, out: Path) -> None:
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
         tree = Path(scratch, "cert-manager")
         writable_copy(archive.unpacked(), tree)
-        command = tree / "cmd" / program
-        run_logged(
-            ["go", "mod", "edit", f"-replace={VCERT_MODULE}={vcert}"], binary.build_log, cwd=command
-        )
-        run_logged(
-            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags, "-o", str(out), "."],
-            binary.build_log,
-            cwd=command,
-        )
+        build_in_tree(binary, out, tree / "cmd" / program, ".", {VCERT_MODULE: vcert}, ldflags)
 
 
 def cert_manager_local_chart() -> Path:
@@ -689,17 +689,7 @@ def build_slurm_bridge(binary: Binary, out: Path) -> None:
     with tempfile.TemporaryDirectory(dir=BIN_DIR) as scratch:
         tree = Path(scratch, "slurm-bridge")
         writable_copy(slurm_bridge_archive().unpacked(), tree)
-        run_logged(
-            ["go", "mod", "edit", f"-replace={SLURM_CLIENT_MODULE}={client}"],
-            binary.build_log,
-            cwd=tree,
-        )
-        run_logged(
-            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out),
-             f"./cmd/{program}"],
-            binary.build_log,
-            cwd=tree,
-        )  # fmt: skip
+        build_in_tree(binary, out, tree, f"./cmd/{program}", {SLURM_CLIENT_MODULE: client})
 
 
 def slurm_bridge_chart() -> Path:
@@ -821,17 +811,7 @@ def build_metallb(binary: Binary, out: Path) -> None:
         added = '\tPrefixesWithAsPathPrepend []AsPathPrependPrefixes `json:"withAsPathPrepend,omitempty"`\n'
         types.write_text(text.replace(field, field + added, 1))
         (frr_tree / "api/v1beta1/zz_hpcops_aspathprepend.go").write_text(FRR_K8S_ADDED)
-        run_logged(
-            ["go", "mod", "edit", f"-replace={FRR_K8S_MODULE}={frr_tree}"],
-            binary.build_log,
-            cwd=tree,
-        )
-        run_logged(
-            ["go", "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out),
-             METALLB_PROGRAMS[binary.name]],
-            binary.build_log,
-            cwd=tree,
-        )  # fmt: skip
+        build_in_tree(binary, out, tree, METALLB_PROGRAMS[binary.name], {FRR_K8S_MODULE: frr_tree})
 
 
 def metallb_chart() -> Path:

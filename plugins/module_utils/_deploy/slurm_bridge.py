@@ -192,27 +192,27 @@ def node_marks(
     node, a lent one too, and acting on what it read from Slurm tens of seconds before, it
     taints a node the handover has just given back and evicts the application there."""
     marks: dict[str, dict[str, dict[str, str]]] = {}
+
+    def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in selector.items())
+
     for obj in k8s_nodes:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
         labels = dict(meta.get("labels") or {})
-        if any(all(labels.get(k) == v for k, v in sel.items()) for sel in lendable_selectors):
-            wanted = unbridged_name(name)
-            if labels.get(SLURM_NODENAME_LABEL) != wanted:
-                marks[name] = {"labels": {SLURM_NODENAME_LABEL: wanted}, "annotations": {}}
-    for obj in k8s_nodes:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        labels = dict(meta.get("labels") or {})
-        if not all(labels.get(k) == v for k, v in bridge.node_selector.items()):
-            continue
         wanted_labels: dict[str, str] = {}
         annotations: dict[str, str] = {}
-        if "." in name and SLURM_NODENAME_LABEL not in labels:
-            wanted_labels[SLURM_NODENAME_LABEL] = slurm_node_name(name, labels)
-        if bridge.mode == "external":
-            wanted_labels[EXTERNAL_NODE_LABEL] = "true"
-            annotations[EXTERNAL_PARTITIONS_ANNOTATION] = bridge.partition
+        if selects(bridge.node_selector, labels):
+            if "." in name and SLURM_NODENAME_LABEL not in labels:
+                wanted_labels[SLURM_NODENAME_LABEL] = slurm_node_name(name, labels)
+            if bridge.mode == "external":
+                wanted_labels[EXTERNAL_NODE_LABEL] = "true"
+                annotations[EXTERNAL_PARTITIONS_ANNOTATION] = bridge.partition
+        elif any(selects(selector, labels) for selector in lendable_selectors):
+            if labels.get(SLURM_NODENAME_LABEL) != unbridged_name(name):
+                wanted_labels[SLURM_NODENAME_LABEL] = unbridged_name(name)
+        else:
+            continue
         marks[name] = {"labels": wanted_labels, "annotations": annotations}
     return marks
 

@@ -197,7 +197,8 @@ def test_lendable_nodes_get_a_slurm_name_the_bridge_never_takes_for_a_slurm_node
     assert "hpc01" not in marks  # a dedicated node: the bridge may keep pods off it
     # Marked once: a node that has the label needs nothing more.
     marked = node("int01", "interactive", **{SLURM_NODENAME_LABEL: "int01.not-bridged"})
-    assert "int01" not in node_marks(bridge, [marked], [{"hpcops.io/pool": "interactive"}])
+    again = node_marks(bridge, [marked], [{"hpcops.io/pool": "interactive"}])
+    assert again["int01"] == {"labels": {}, "annotations": {}}  # the role patches none
     long_name = "n" * 70 + ".site.example"
     label = node_marks(
         bridge, [node(long_name, "interactive")], [{"hpcops.io/pool": "interactive"}]
