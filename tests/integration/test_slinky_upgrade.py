@@ -401,9 +401,31 @@ def test_the_upgrade_preflight_reports_what_changes_and_changes_nothing(old_pool
     ]
 
 
+def submitted(value: t.Any) -> int:
+    """slurmdbd's submission time: a number, or {set, infinite, number} on some data_parsers."""
+    return int(value["number"] if isinstance(value, dict) else value)
+
+
 def job_states(pool: Pool, job_id: int) -> tuple[list[str], int]:
-    job = pool.job(job_id)
-    return job["job_state"], int(job.get("restart_cnt") or 0)
+    """A job's states and how often it was requeued: from slurmctld while it holds the job,
+    else from slurmdbd, which keeps every run (slurmctld forgets an ended job MinJobAge, 300 s,
+    after its end, and an upgrade may take longer than that)."""
+    rest = pool.slurm
+    status, body = rest.request("GET", f"/slurm/{rest.api}/job/{job_id}")
+    if status == 200 and isinstance(body, dict) and body.get("jobs"):
+        job = body["jobs"][0]
+        return job["job_state"], int(job.get("restart_cnt") or 0)
+    status, body = rest.request(
+        "GET", f"/slurmdb/{rest.api}/jobs?show_duplicates=true&skip_steps=true"
+    )
+    assert status == 200 and isinstance(body, dict), body
+    runs = sorted(
+        (run for run in body["jobs"] if int(run["job_id"]) == job_id),
+        key=lambda run: submitted(run["time"]["submission"]),
+    )
+    assert runs, f"job {job_id} is neither in slurmctld nor in slurmdbd"
+    # Each requeue ends a run of its own as REQUEUED and the job goes on in a new one.
+    return list(runs[-1]["state"]["current"]), len(runs) - 1
 
 
 @needs_newer

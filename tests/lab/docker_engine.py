@@ -52,7 +52,12 @@ SYSCTLS = ("net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6t
 # Interfaces of the Slurm lab (slurm_lab.py names them hpl<release>-...).
 LAB_INTERFACES = "hpl+"
 # What a dockerd's rules name: its chains, its default bridge and its networks' bridges.
-DOCKERD_RULE = re.compile(r"DOCKER|\bdocker0\b|\bbr-[0-9a-f]{12}\b")
+# Its chains and bridges, and the hairpin MASQUERADE it adds in POSTROUTING for each published
+# port (`-s A/32 -d A/32 ... --dport P -j MASQUERADE`), which names neither.
+DOCKERD_RULE = re.compile(
+    r"DOCKER|\bdocker0\b|\bbr-[0-9a-f]{12}\b"
+    r"|^-A POSTROUTING -s (\S+)/32 -d \1/32 .*--dport \d+ -j MASQUERADE$"
+)
 
 
 log = logger("docker-engine")
