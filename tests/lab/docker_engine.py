@@ -83,6 +83,12 @@ def rules(tool: str) -> list[str]:
     return kept
 
 
+def docker_bridges() -> list[str]:
+    """docker0 and the bridges of dockerd's networks (br-<12 hex digits of the network>)."""
+    links = run("ip", "-o", "link", "show", check=False).stdout
+    return re.findall(r"^\d+: (docker0|br-[0-9a-f]{12})[@:]", links, flags=re.M)
+
+
 def firewall_snapshot() -> dict[str, list[str]]:
     return {tool: rules(tool) for tool in ("iptables", "ip6tables")}
 
@@ -203,8 +209,10 @@ class DockerEngine:
         self.remove_firewall_rules()
         for name, value in dict(state.get("sysctls", {})).items():  # type: ignore[call-overload]
             (Path("/proc/sys") / name).write_text(f"{value}\n")
-        if run("ip", "link", "show", "docker0", check=False).returncode == 0:
-            run("ip", "link", "delete", "docker0", check=False)
+        # docker0 and the bridges of its networks (kind's among them): dockerd makes them
+        # again from its data at its next start.
+        for name in docker_bridges():
+            run("ip", "link", "delete", name, check=False)
         if state.get("created_lib_modules"):
             with_content = (
                 any(Path("/lib/modules").iterdir()) if Path("/lib/modules").exists() else True
@@ -263,8 +271,7 @@ class DockerEngine:
                         if table == "filter" and "-P FORWARD DROP" in listed:
                             # dockerd's doing (see the module's docstring), not the site's.
                             run(tool, "-P", "FORWARD", "ACCEPT", check=False)
-        links = run("ip", "-o", "link", "show", check=False).stdout
-        for name in re.findall(r"^\d+: (docker0|br-[0-9a-f]{12})[@:]", links, flags=re.M):
+        for name in docker_bridges():
             run("ip", "link", "delete", name, check=False)
             removed.append(f"interface {name}")
         if removed:
@@ -281,8 +288,7 @@ class DockerEngine:
                 extra = [line for line in now if line not in before.get(tool, [])]
                 if extra:
                     left.append(f"{tool}: {', '.join(extra)}")
-        if run("ip", "link", "show", "docker0", check=False).returncode == 0:
-            left.append("interface docker0")
+        left += [f"interface {name}" for name in docker_bridges()]
         return left
 
     def status(self) -> dict[str, object]:

@@ -538,6 +538,10 @@ class Image:
     env: tuple[str, ...] = (PATH_ENV,)
     # Baked into the node image (the control plane's own images).
     preload: bool = False
+    # Loaded on every node (what runs on the workers: slurmd, its log sidecar, MetalLB's
+    # speaker, the bridge's probe pod); the rest only on the services node, where the
+    # scenarios pin every service (a worker spared each of them saves its import).
+    every_node: bool = False
     # Bump when the way an image is made changes in a way its inputs do not show.
     revision: int = 1
 
@@ -678,7 +682,8 @@ def catalogue() -> dict[str, Image]:
         Image("coredns", f"{k8s}/coredns:{k8s_binaries.COREDNS_VERSION}",
               binary_root(("coredns", "/coredns")), binary_inputs("coredns"),
               entrypoint=("/coredns",), preload=True),
-        Image("busybox", BUSYBOX_IMAGE, fill_busybox, lambda: f"busybox-static {k8s_binaries.ETCD_SUITE}"),
+        Image("busybox", BUSYBOX_IMAGE, fill_busybox, lambda: f"busybox-static {k8s_binaries.ETCD_SUITE}",
+              every_node=True),
         Image("slurm-operator", f"{SLURM_REPOSITORY}/slurm-operator:{SLINKY_VERSION}",
               binary_root(("slurm-operator", "/manager")), binary_inputs("slurm-operator"),
               entrypoint=("/manager",), user="65532:65532"),
@@ -687,7 +692,8 @@ def catalogue() -> dict[str, Image]:
               entrypoint=("/webhook",), user="65532:65532"),
         *addon_images(),
         slurm_image("slurmctld", entrypoint=("tini", "-g", "--", "/usr/local/bin/hold-log-fifos.sh", "slurmctld", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
-        slurm_image("slurmd", entrypoint=("tini", "-g", "--", "/usr/local/bin/slurmd-entrypoint.sh")),
+        slurm_image("slurmd", entrypoint=("tini", "-g", "--", "/usr/local/bin/slurmd-entrypoint.sh"),
+                    every_node=True),
         slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
                     user=f"{SLURMRESTD_UID}:{SLURMRESTD_UID}"),
         slurm_image("slurmdbd", entrypoint=("tini", "-g", "--", "slurmdbd", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
@@ -757,9 +763,11 @@ def addon_images() -> list[Image]:
         for program in k8s_binaries.SLURM_BRIDGE_PROGRAMS:
             name = f"slurm-bridge-{program}"
             # As the bridge's own images (distroless static, nonroot, /<program>).
+            # The role's probe pod runs the scheduler's image on a bridge node.
             images.append(Image(name, f"{SLURM_REPOSITORY}/{name}:{tag}",
                                 binary_root((name, f"/{program}")), binary_inputs(name),
-                                entrypoint=(f"/{program}",), user=NONROOT))  # fmt: skip
+                                entrypoint=(f"/{program}",), user=NONROOT,
+                                every_node=program == "scheduler"))  # fmt: skip
     keda_tag = k8s_binaries.KEDA_VERSION.lstrip("v")
     for name, (repository, path) in KEDA_COMMANDS.items():
         images.append(Image(name, f"{KEDA_REPOSITORY}/{repository}:{keda_tag}",
@@ -782,7 +790,7 @@ def addon_images() -> list[Image]:
         # As MetalLB's images: the speaker runs as root (its raw sockets answer ARP).
         user = "0:0" if name == "metallb-speaker" else NONROOT
         images.append(Image(name, ref, binary_root((name, path)), binary_inputs(name),
-                            entrypoint=(path,), user=user))  # fmt: skip
+                            entrypoint=(path,), user=user, every_node=name == "metallb-speaker"))  # fmt: skip
     images.append(Image("mariadb", MARIADB_IMAGE, copy_root(mariadb_root),
                         lambda: root_recipe(mariadb_root()),
                         entrypoint=("tini", "-g", "--", "/usr/local/bin/mariadb-entrypoint.sh"),
@@ -867,7 +875,8 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     cert-manager's and slurm-bridge's (then cert-manager-version and
     slurm-bridge-version name their releases); prometheus-operator/ the
     Prometheus operator's CRDs and RBAC, and monitoring.json its images and Prometheus';
-    load-images.txt the images `kind load` puts on the nodes; slurm-image-tag the tag of the
+    load-images.txt the images `kind load` puts on every node, load-images-services.txt those
+    it puts on the services node alone; slurm-image-tag the tag of the
     Slurm images, mariadb-image-tag that of MariaDB; slinky-version that release.
     """
     binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
@@ -907,8 +916,12 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     }
     (CHECKOUT_DIR / "monitoring.json").write_text(json.dumps(monitoring, indent=2) + "\n")
     catalogue_ = catalogue()
-    load = [ref for key, ref in refs.items() if key != "kind-node" and not catalogue_[key].preload]
-    (CHECKOUT_DIR / "load-images.txt").write_text("\n".join(load) + "\n")
+    load = [key for key in refs if key != "kind-node" and not catalogue_[key].preload]
+    for name, keys in (
+        ("load-images.txt", [key for key in load if catalogue_[key].every_node]),
+        ("load-images-services.txt", [key for key in load if not catalogue_[key].every_node]),
+    ):
+        (CHECKOUT_DIR / name).write_text("".join(f"{refs[key]}\n" for key in keys))
     (CHECKOUT_DIR / "slurm-image-tag").write_text(refs["slurmd"].rsplit(":", 1)[1])
     (CHECKOUT_DIR / "mariadb-image-tag").write_text(refs["mariadb"].rsplit(":", 1)[1])
     (CHECKOUT_DIR / "slapd-image").write_text(refs["slapd"])

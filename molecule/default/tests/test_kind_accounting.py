@@ -37,6 +37,9 @@ PARTITION = "batch"
 WRONG_SECRET = "molecule-wrong-db-password"
 # A database Service with no server behind it: connections to it are refused.
 DOWN_DATABASE = "molecule-db-down"
+# How long each faulty run waits for slurmdbd before it reads the log: the operator's new
+# slurmdbd pod starts and logs its first refused connection within seconds in kind.
+FAULT_WAIT_S = 60
 
 pytestmark = pytest.mark.skipif(
     not configured(), reason="run by molecule verify (molecule/shared/verify_kind.yml)"
@@ -83,7 +86,7 @@ def test_a_database_down_or_a_wrong_password_is_named_and_no_job_is_lost(
         down = site(
             tmp_path,
             slurm_cluster_accounting_database={"host": DOWN_DATABASE},
-            slurm_cluster_wait_timeout_s=90,
+            slurm_cluster_wait_timeout_s=FAULT_WAIT_S,
         )
         out = down.stdout + down.stderr
         assert down.returncode != 0, out[-3000:]
@@ -92,7 +95,7 @@ def test_a_database_down_or_a_wrong_password_is_named_and_no_job_is_lost(
         broken = site(
             tmp_path,
             slurm_cluster_accounting_database={"password_secret": {"name": WRONG_SECRET}},
-            slurm_cluster_wait_timeout_s=90,
+            slurm_cluster_wait_timeout_s=FAULT_WAIT_S,
         )
         out = broken.stdout + broken.stderr  # ansible-core 2.19 writes errors to stderr
         assert broken.returncode != 0, out[-3000:]
