@@ -538,8 +538,9 @@ class Image:
     env: tuple[str, ...] = (PATH_ENV,)
     # Baked into the node image (the control plane's own images).
     preload: bool = False
-    # Loaded on every node (what runs on the workers: slurmd, its log sidecar, MetalLB's
-    # speaker, the bridge's probe pod); the rest only on the services node, where the
+    # Loaded on every node (what runs on the workers: slurmd, its log sidecar and its
+    # directory-nss init container, MetalLB's speaker, the bridge's probe pod); the rest only
+    # on the services node, where the
     # scenarios pin every service (a worker spared each of them saves its import).
     every_node: bool = False
     # Bump when the way an image is made changes in a way its inputs do not show.
@@ -697,9 +698,10 @@ def catalogue() -> dict[str, Image]:
         slurm_image("slurmrestd", entrypoint=("tini", "-g", "--", "slurmrestd"), cmd=("0.0.0.0:6820",),
                     user=f"{SLURMRESTD_UID}:{SLURMRESTD_UID}"),
         slurm_image("slurmdbd", entrypoint=("tini", "-g", "--", "slurmdbd", "-D"), user=f"{SLURM_UID}:{SLURM_UID}"),
+        # Also slurmd's directory-nss init container (the site's directory on every node).
         Image("login", f"{SLURM_REPOSITORY}/login:{{slurm}}-debian-{SLURM_SUITE}", copy_root(login_root),
               lambda: root_recipe(login_root()),
-              entrypoint=("tini", "-g", "--", "/usr/local/bin/login-entrypoint.sh")),
+              entrypoint=("tini", "-g", "--", "/usr/local/bin/login-entrypoint.sh"), every_node=True),
         Image("slapd", f"{REGISTRY}/library/slapd:{{slapd}}", copy_root(slapd_root),
               lambda: root_recipe(slapd_root()),
               entrypoint=("tini", "-g", "--", "/usr/local/bin/slapd-entrypoint.sh")),
