@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -94,20 +95,27 @@ def molecule(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
         "NO_COLOR": "1",
     }
     started = time.monotonic()
+    # A session of its own, so that a timeout stops its ansible-playbook and kubectl too.
+    process = subprocess.Popen(
+        ["molecule", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, so each playbook time follows its action
+        text=True,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            ["molecule", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # one stream, so each playbook time follows its action
-            text=True,
-            timeout=MOLECULE_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as late:
+        stdout, _ = process.communicate(timeout=MOLECULE_TIMEOUT_S)
+        proc = subprocess.CompletedProcess(process.args, process.returncode, stdout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            output = process.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output = process.communicate()[0]
         # What it did until then, and how long each step took, or nobody can say why.
-        output = late.output.decode(errors="replace") if isinstance(late.output, bytes) else ""
         log = REPO / ".kind/molecule-test.log"
         log.write_text(output)
         steps = "\n".join(f"  {s:<10}{a:<12}{t}" for s, a, t in action_times(output))
