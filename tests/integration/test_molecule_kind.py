@@ -106,7 +106,7 @@ def molecule(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
         start_new_session=True,
     )
     try:
-        stdout, _ = process.communicate(timeout=MOLECULE_TIMEOUT_S)
+        stdout = process.communicate(timeout=MOLECULE_TIMEOUT_S)[0]
         proc = subprocess.CompletedProcess(process.args, process.returncode, stdout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGTERM)
