@@ -540,8 +540,8 @@ class Image:
     preload: bool = False
     # Loaded on every node (what runs on the workers: slurmd, its log sidecar and its
     # directory-nss init container, MetalLB's speaker, the bridge's probe pod); the rest only
-    # on the services node, where the
-    # scenarios pin every service (a worker spared each of them saves its import).
+    # on the services node, where the scenarios pin every service (each worker is spared the
+    # import of each of them).
     every_node: bool = False
     # Bump when the way an image is made changes in a way its inputs do not show.
     revision: int = 1
