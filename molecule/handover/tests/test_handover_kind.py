@@ -329,17 +329,13 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_pat
     run = playbook("status", tmp_path)
     assert run.rc == 0, succeeded(run)
     assert {row["node"]: row["journal"] for row in run.status} == dict.fromkeys(workers, "free")
-    # slurm-bridge's Token (the bridge deployed beside the handover) shows in status like the
-    # runs' own: renewed by the operator, its JWT not yet due.
-    bridge_tokens = kubectl_json(
-        "get",
-        "tokens.slinky.slurm.net",
-        "-n",
-        NAMESPACE,
-        "-l",
-        "app.kubernetes.io/part-of=slurm-bridge",
-    )["items"]
-    for bridge_token in bridge_tokens:
+    # slurm-bridge's Token shows in status like the runs' own, renewed by the operator, its
+    # JWT not yet due: whenever kind deploys the bridge (its release sources are here).
+    if (REPO / ".kind/slurm-bridge-version").exists():
+        (bridge_token,) = kubectl_json(
+            "get", "tokens.slinky.slurm.net", "-n", NAMESPACE,
+            "-l", "app.kubernetes.io/part-of=slurm-bridge",
+        )["items"]  # fmt: skip
         name = bridge_token["metadata"]["name"]
         row = [line.split() for line in run.output.splitlines() if line.startswith(f"{name} ")]
         assert row and row[0][-1] == "ok", run.output[-3000:]
