@@ -149,7 +149,11 @@ def test_the_kind_scenarios_pass_offline_on_one_cluster(local_images: dict[str, 
     for line in output.splitlines():
         if REPORTED.search(line):
             print("  " + line.strip().strip('",'))
-    assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
+    # The failed tasks come last: a report cut in its middle keeps its end.
+    failures = "\n".join(f"{task}\n  {fatal}" for task, fatal in failed_tasks(output))
+    assert proc.returncode == 0, (
+        "\n".join(output.splitlines()[-40:]) + f"\nthe tasks that failed:\n{failures}"
+    )
     # One cluster for both: the default scenario's create and destroy ran, nobody else's.
     shared = [
         (scenario, action)
@@ -174,6 +178,21 @@ def action_times(output: str) -> list[tuple[str, str, str]]:
         if took:
             times.append((scenario, action, took.group(1).strip()))
     return times
+
+
+def failed_tasks(output: str, width: int = 2000) -> list[tuple[str, str]]:
+    """(task header, its failure cut to width) for each task that failed in an Ansible log;
+    retries are not failures, and an ignored error is not one either."""
+    failed, task = [], "?"
+    lines = output.splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("TASK ["):
+            task = line.rstrip(" *")
+        elif line.startswith("fatal: ") and not any(
+            later.startswith("...ignoring") for later in lines[number + 1 : number + 3]
+        ):
+            failed.append((task, line[:width]))
+    return failed
 
 
 def test_stopping_dockerd_puts_the_host_back(docker_engine: SessionEngine) -> None:
