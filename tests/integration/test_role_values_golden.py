@@ -225,6 +225,24 @@ def test_autoscaled_nodeset_starts_at_its_minimum(built_values: dict[str, t.Any]
     )
 
 
+def test_a_run_without_the_mariadb_component_keeps_the_database_an_earlier_run_made() -> None:
+    # slinky_components: [slurm_cluster] on a site whose MariaDB has its own name: the
+    # validate step found it (_slurm_cluster_mariadb_found), so slurmdbd is not repointed.
+    built = build(
+        {
+            "slinky_components": ["slurm_cluster"],
+            "mariadb_name": "acctdb",
+            "mariadb_password_secret": {"name": "acctdb-password", "key": "pw"},
+            "_slurm_cluster_mariadb_found": {"resources": [{"kind": "MariaDB"}]},
+        }
+    )
+    storage = built["slurm_cluster"]["accounting"]["storageConfig"]
+    assert (storage["host"], storage["passwordKeyRef"]) == (
+        "acctdb",
+        {"name": "acctdb-password", "key": "pw"},
+    )
+
+
 # The example's backfill without its max_time (8 hours), and a handover policy that cancels
 # backfill's jobs at the end of its grace, written as a site would template it.
 CANCELLING = {
