@@ -202,6 +202,7 @@ def pytest_collection_modifyitems(
 
 
 phase_times_key = pytest.StashKey[dict[str, float]]()
+module_times_key = pytest.StashKey[dict[str, float]]()
 tests_began_key = pytest.StashKey[tuple[float, bool]]()
 
 
@@ -210,9 +211,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Add each test's wall time, with its fixtures' setup and teardown, to its phase."""
     started = time.monotonic()
     yield
+    took = time.monotonic() - started
     times = item.config.stash.setdefault(phase_times_key, {})
     phase = phase_of(item)
-    times[phase] = times.get(phase, 0.0) + time.monotonic() - started
+    times[phase] = times.get(phase, 0.0) + took
+    modules = item.config.stash.setdefault(module_times_key, {})
+    modules[item.path.name] = modules.get(item.path.name, 0.0) + took
 
 
 def pytest_terminal_summary(
@@ -230,6 +234,13 @@ def pytest_terminal_summary(
         for phase in PHASES:
             if phase in times:
                 terminalreporter.write_line(f"{phase:<24} {times[phase] / 60:6.1f} min")
+    # Where a phase's time went, module by module (those of a minute or more).
+    modules = sorted(config.stash.get(module_times_key, {}).items(), key=lambda kv: -kv[1])
+    if any(took >= 60 for _name, took in modules):
+        terminalreporter.section("time per test module (1 min or more)")
+        for name, took in modules:
+            if took >= 60:
+                terminalreporter.write_line(f"{name:<40} {took / 60:6.1f} min")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
