@@ -167,10 +167,10 @@ def test_a_lent_node_restored_with_our_marks_over_its_drained_record_is_given_ba
         30,
         "int01 drained in Slurm",
     )
-    # The operator undrains a node whose reason its cached view of Slurm does not show yet
-    # (it reads the reason and the state in two lookups, refreshed between them): a CI run
-    # saw the drain gone by the rebalance. Once its pod condition shows the drain, the
-    # operator has our reason and leaves the node alone.
+    # A CI run saw the drain gone by the rebalance. Our reading of the operator's cordon sync
+    # (nodeset_sync.go): it undrains a node when its cached view of Slurm shows no reason
+    # of somebody else's, and that view may lag the drain. Once its pod condition shows the
+    # drain, the view has our reason and the operator leaves the node alone.
     wait_until(
         lambda: pool.slurmd_condition("int01", "SlurmNodeStateDrain"),
         60,
