@@ -265,8 +265,9 @@ class Binary:
     cold_minutes: float
     # False: compiled without optimisations or inlining (UNOPTIMIZED_GCFLAGS), a quarter
     # less CPU to build (mariadb-operator: 230 -> 171 core-seconds, measured). For the
-    # controllers and tools that wait on the apiserver far more than they compute; the
-    # control plane, the kubelet and kwok, busy all through the tests, stay optimised.
+    # controllers and tools that wait on the apiserver far more than they compute, and kwok
+    # (a few fake nodes: under 0.2 core-minutes of a whole `make test`); the control plane
+    # and the kubelet, busy all through the tests, stay optimised.
     optimized: bool = True
 
     @property
@@ -1251,7 +1252,15 @@ BINARIES: dict[str, Binary] = {
         Binary(
             "etcd", ETCD_SERIES, build_etcd, ("--version",), f"etcd Version: {ETCD_SERIES}.", 0.3
         ),
-        Binary("kwok", KWOK_VERSION, build_kwok, ("--version",), KWOK_VERSION.lstrip("v"), 4),
+        Binary(
+            "kwok",
+            KWOK_VERSION,
+            build_kwok,
+            ("--version",),
+            KWOK_VERSION.lstrip("v"),
+            4,
+            optimized=False,
+        ),
         Binary("helm", HELM_VERSION, build_helm, ("version", "--short"), HELM_VERSION, 2.5),
         Binary(
             "pushgateway",

@@ -539,10 +539,11 @@ class Image:
     # Baked into the node image (the control plane's own images).
     preload: bool = False
     # Loaded on every node (what runs on the workers: slurmd, its log sidecar and its
-    # directory-nss init container, MetalLB's speaker, the bridge's probe pod); the rest only
-    # on the services node, where the scenarios pin every service (each worker is spared the
-    # import of each of them).
+    # directory-nss init container); the rest only on the services node, where the scenarios
+    # pin every service (each worker is spared the import of each of them).
     every_node: bool = False
+    # Also loaded on the bridge's nodes (the bridge's probe pod runs its scheduler's image).
+    bridge_node: bool = False
     # Bump when the way an image is made changes in a way its inputs do not show.
     revision: int = 1
 
@@ -769,7 +770,7 @@ def addon_images() -> list[Image]:
             images.append(Image(name, f"{SLURM_REPOSITORY}/{name}:{tag}",
                                 binary_root((name, f"/{program}")), binary_inputs(name),
                                 entrypoint=(f"/{program}",), user=NONROOT,
-                                every_node=program == "scheduler"))  # fmt: skip
+                                bridge_node=program == "scheduler"))  # fmt: skip
     keda_tag = k8s_binaries.KEDA_VERSION.lstrip("v")
     for name, (repository, path) in KEDA_COMMANDS.items():
         images.append(Image(name, f"{KEDA_REPOSITORY}/{repository}:{keda_tag}",
@@ -789,10 +790,11 @@ def addon_images() -> list[Image]:
                         entrypoint=("/bin/mariadb-operator",), user=NONROOT))  # fmt: skip
     for name, ref in METALLB_IMAGES.items():
         path = "/" + name.removeprefix("metallb-")
-        # As MetalLB's images: the speaker runs as root (its raw sockets answer ARP).
+        # As MetalLB's images: the speaker runs as root (its raw sockets answer ARP). The
+        # scenarios run the speaker on the services node alone (inventories/kind).
         user = "0:0" if name == "metallb-speaker" else NONROOT
         images.append(Image(name, ref, binary_root((name, path)), binary_inputs(name),
-                            entrypoint=(path,), user=user, every_node=name == "metallb-speaker"))  # fmt: skip
+                            entrypoint=(path,), user=user))  # fmt: skip
     images.append(Image("mariadb", MARIADB_IMAGE, copy_root(mariadb_root),
                         lambda: root_recipe(mariadb_root()),
                         entrypoint=("tini", "-g", "--", "/usr/local/bin/mariadb-entrypoint.sh"),
@@ -878,7 +880,8 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     slurm-bridge-version name their releases); prometheus-operator/ the
     Prometheus operator's CRDs and RBAC, and monitoring.json its images and Prometheus';
     load-images.txt the images `kind load` puts on every node, load-images-services.txt those
-    it puts on the services node alone; slurm-image-tag the tag of the
+    it puts on the services node alone, load-images-bridge.txt those it puts on the bridge's
+    nodes too; slurm-image-tag the tag of the
     Slurm images, mariadb-image-tag that of MariaDB; slinky-version that release.
     """
     binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
@@ -922,6 +925,7 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     for name, keys in (
         ("load-images.txt", [key for key in load if catalogue_[key].every_node]),
         ("load-images-services.txt", [key for key in load if not catalogue_[key].every_node]),
+        ("load-images-bridge.txt", [key for key in load if catalogue_[key].bridge_node]),
     ):
         (CHECKOUT_DIR / name).write_text("".join(f"{refs[key]}\n" for key in keys))
     (CHECKOUT_DIR / "slurm-image-tag").write_text(refs["slurmd"].rsplit(":", 1)[1])
