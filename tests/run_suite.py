@@ -144,6 +144,10 @@ def say(line: str) -> None:
 
 
 def main() -> int:
+    # A shell without job control starts background commands with SIGINT ignored, and an
+    # ignored signal stays ignored in every child: the lanes' pytest would then never see the
+    # interrupt forward_interrupts sends them (seen: `.ci/run &` from a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     LOGS.mkdir(parents=True, exist_ok=True)
     sampler = CpuSampler(LOGS / "cpu.log")
     sampler.start()
