@@ -103,13 +103,17 @@ def main(argv: list[str] | None = None) -> int:
 
     seen: dict[tuple[str, str], Seen] = {}
     names: dict[str, str] = {}
+    asked: set[str] = set()
     sample(seen, baseline=True)
     began = time.monotonic()
     child = subprocess.Popen(command)
     while child.poll() is None:
         time.sleep(args.every)
         sample(seen, baseline=False)
-        names |= container_names()  # kind's nodes are gone once the command ends
+        unnamed = {process.where for process in seen.values()} - names.keys() - asked - {HOST}
+        if unnamed:  # docker is asked once per new container, while it runs
+            names |= container_names()
+            asked |= unnamed
     took_min = (time.monotonic() - began) / 60
 
     per_where: dict[str, float] = collections.defaultdict(float)

@@ -266,7 +266,7 @@ class Binary:
     # False: compiled without optimisations or inlining (UNOPTIMIZED_GCFLAGS), a quarter
     # less CPU to build (mariadb-operator: 230 -> 171 core-seconds, measured). For the
     # controllers and tools that wait on the apiserver far more than they compute, and kwok
-    # (a few fake nodes: under 0.2 core-minutes of a whole `make test`); the control plane
+    # (a few fake nodes: about 0.2 core-minutes of a whole `make test`); the control plane
     # and the kubelet, busy all through the tests, stay optimised.
     optimized: bool = True
 
