@@ -26,7 +26,7 @@ program starts), which keeps kwok's own deletion stage off it: as a kubelet does
 runs the preStop hooks of the pods being deleted, stops their programs (all at once, as
 each node's kubelet would) and only then deletes the pod objects with no grace left.  So
 nothing that watches pods sees one go while its program still runs.  A watch on the pods
-wakes the runner as soon as one changes; it lists them at least every second.
+wakes the runner as soon as one changes; it lists them at least every POLL_S seconds.
 
 The runner is started by ``k8s_lab.py up`` and stopped by ``k8s_lab.py down``; it writes
 one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
@@ -53,7 +53,12 @@ import k8s_binaries
 from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name, image_tag
 from toolbox import LabError
 
-POLL_S = 1.0
+# The longest wait between two looks when no pod changes (a change wakes the runner at
+# once). What it then notices late: a program that exited (restarted up to this much later;
+# a kubelet's first back-off is 10 s) and a deleted Node whose pods are not deleted with it.
+# Each look is two LISTs and a new watch: a look every second was 2.6 % of a core of the
+# idle lab's apiserver and runner.
+POLL_S = 5.0
 # The least time between two looks, however often the pods change.
 MIN_SYNC_GAP_S = 0.05
 # Marks the pods the runner runs; kwok's deletion stage leaves them to the runner.
@@ -528,7 +533,10 @@ class PodRunner:
                 log(f"sync failed: {err}")
                 time.sleep(POLL_S)
                 continue
-            self.wait_for_change(resource_version, PROBE_LOOK_S if self.probing() else POLL_S)
+            # Until the next look is due: a probe's, or the volumes' refresh, or POLL_S.
+            until_refresh = max(PROBE_LOOK_S, self.next_refresh - time.monotonic())
+            wait_s = PROBE_LOOK_S if self.probing() else min(POLL_S, until_refresh)
+            self.wait_for_change(resource_version, wait_s)
         self.stop_all(list(self.pods.values()), hooks=dict.fromkeys(self.pods, True))
         self.pods.clear()
         log("stopped")
