@@ -59,6 +59,8 @@ from toolbox import LabError
 # Each look is two LISTs and a new watch: a look every second was 2.6 % of a core of the
 # idle lab's apiserver and runner.
 POLL_S = 5.0
+# After a failed look (the apiserver restarting), the next one.
+SYNC_RETRY_S = 1.0
 # The least time between two looks, however often the pods change.
 MIN_SYNC_GAP_S = 0.05
 # Marks the pods the runner runs; kwok's deletion stage leaves them to the runner.
@@ -531,7 +533,7 @@ class PodRunner:
                 resource_version = self.sync()
             except LabError as err:  # the apiserver restarting: try again next round
                 log(f"sync failed: {err}")
-                time.sleep(POLL_S)
+                time.sleep(SYNC_RETRY_S)
                 continue
             # Until the next look is due: a probe's, or the volumes' refresh, or POLL_S.
             until_refresh = max(PROBE_LOOK_S, self.next_refresh - time.monotonic())
