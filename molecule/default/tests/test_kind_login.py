@@ -250,7 +250,9 @@ def test_an_address_metallb_cannot_give_is_named_and_taken_back(
             slurm_cluster_login_sets="{{ _kind_login_sets | combine({'spare': "
             + json.dumps(spare)
             + "}) }}",
-            slurm_cluster_wait_timeout_s=20,  # MetalLB refuses at once
+            # MetalLB refuses at once, but the spare set's pod must be ready first: 20 s was
+            # too short for it on a machine running three test runs at once.
+            slurm_cluster_wait_timeout_s=40,
         )
     finally:
         back = site(tmp_path)  # the site as its inventory has it, whatever happened
