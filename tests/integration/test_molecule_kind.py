@@ -82,7 +82,8 @@ REPORTED = re.compile(
     r"|after submission; KEDA|while job \d+ runs|keda_metrics_source="
 )
 # molecule's own failures, which no task reports (e.g. "Idempotence test failed because of").
-MOLECULE_COMPLAINT = re.compile(r"^(CRITICAL|ERROR)\b|Idempotence test failed")
+IDEMPOTENCE_FAILED = "Idempotence test failed"
+MOLECULE_COMPLAINT = re.compile(rf"^(CRITICAL|ERROR)\b|{IDEMPOTENCE_FAILED}")
 # In the order molecule runs them: the default scenario first, as a plain `molecule test`.
 SCENARIOS = ("default", "handover", "autoscale")
 
@@ -200,7 +201,11 @@ def failed_tasks(output: str, width: int = 2000) -> list[tuple[str, str]]:
         ):
             failed.append((task, line[:width]))
         elif MOLECULE_COMPLAINT.search(line):
-            failed.append(("molecule", "\n  ".join(lines[number : number + 6])[:width]))
+            # The idempotence check lists the changed tasks on the lines after it.
+            said = lines[number : number + 6] if IDEMPOTENCE_FAILED in line else [line]
+            complaint = ("molecule", "\n  ".join(said)[:width])
+            if complaint not in failed:  # molecule repeats its errors in its summary
+                failed.append(complaint)
     return failed
 
 
