@@ -20,7 +20,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.report imp
     run_summary,
     summary_line,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import token_expiry
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.jwt import token_expiry
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.slinky_tokens import (
     token_health,
     token_secret,

@@ -19,11 +19,6 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
-try:
-    import netaddr
-except ImportError:  # the filter says what is missing
-    netaddr = None
-
 API_VERSION = "metallb.io/v1beta1"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MANAGED_BY = "hpcops.slinky"
@@ -39,19 +34,24 @@ class MetallbConfigError(ValueError):
         super().__init__(f"{variable}: {problem}; {fix}")
 
 
-def require_netaddr() -> None:
-    if netaddr is None:
+def require_netaddr() -> t.Any:
+    """The netaddr library. Imported here, not at the top: Ansible imports every filter file
+    of the collection in each task's worker process, and few tasks compare addresses."""
+    try:
+        import netaddr  # noqa: PLC0415
+    except ImportError:
         raise MetallbConfigError(
             "metallb_address_pools",
             "the Python library netaddr is missing on the controller",
             "pip install -r requirements.txt (netaddr)",
-        )
+        ) from None
+    return netaddr
 
 
 def address_set(text: str, variable: str) -> t.Any:
     """'192.0.2.240/28' or '192.0.2.240-192.0.2.250' as a netaddr IPSet; a bare address is
     a /32 (or /128). MetalLB takes both forms."""
-    require_netaddr()
+    netaddr = require_netaddr()
     value = str(text).strip()
     try:
         if "-" in value:
@@ -70,7 +70,7 @@ def address_set(text: str, variable: str) -> t.Any:
 
 
 def _networks(values: t.Any, variable: str) -> list[t.Any]:
-    require_netaddr()
+    netaddr = require_netaddr()
     found = []
     for index, value in enumerate(values or []):
         try:
@@ -108,6 +108,7 @@ def _reserved(service_cidr: str, pod_cidr: str, problems: list[str]) -> list[tup
 
 
 def _node_set(node_addresses: Sequence[str]) -> t.Any:
+    netaddr = require_netaddr()
     nodes = netaddr.IPSet()
     for address in node_addresses:
         try:
@@ -148,6 +149,7 @@ def _range_problems(
     reserved: list[tuple[str, t.Any]],
 ) -> list[str]:
     """One range of a pool against the nodes' networks and addresses and the reserved ranges."""
+    netaddr = require_netaddr()
     problems = []
     if networks and not any(part.issubset(netaddr.IPSet([n])) for n in networks):
         problems.append(
@@ -215,7 +217,7 @@ def address_pool_problems(
         if not isinstance(addresses, list) or not addresses:
             problems.append(f"{where}.addresses: none; give a list of CIDRs or ranges")
             continue
-        pool_set = netaddr.IPSet()
+        pool_set = require_netaddr().IPSet()
         for position, text in enumerate(addresses):
             variable = f"{where}.addresses[{position}]"
             try:

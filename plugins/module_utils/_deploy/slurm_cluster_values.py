@@ -13,14 +13,13 @@ Kubernetes or Slurm, so the same settings always give the same values.
 
 from __future__ import annotations
 
-import copy
 import re
 import typing as t
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged, plain
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_release import (
     ReleaseError,
     release_line,
@@ -1208,7 +1207,7 @@ def _nodeset_values(
             "scalingMode": plan.scaling_mode,
             "replicas": len(plan.nodes) if plan.scaling_mode == "StatefulSet" else 0,
             "slurmd": {"image": dict(slurmd_image)},
-            "logfile": copy.deepcopy(dict(logfile)),
+            "logfile": plain(logfile),
             "extraConfMap": extra_conf,
             "partition": {"enabled": False},
             "podSpec": pod_spec,
@@ -1249,7 +1248,7 @@ def _controller_values(
     controller: dict[str, t.Any] = {
         "slurmctld": {"image": dict(slurmctld_image)},
         "reconfigure": {"image": dict(slurmctld_image)},
-        "logfile": copy.deepcopy(dict(logfile)),
+        "logfile": plain(logfile),
         "extraConfMap": _conf_map(conf),
         # slurmctld's own OpenMetrics (slurm_partition_jobs_pending drives KEDA), and the
         # ServiceMonitor that has the Prometheus operator scrape them.
@@ -1467,7 +1466,7 @@ def keep_services_off_shared_pools(
         own = pod_spec.get("affinity") or {}
         if own.get("nodeAffinity"):
             continue
-        pod_spec["affinity"] = {**own, **copy.deepcopy(affinity)}
+        pod_spec["affinity"] = {**own, **plain(affinity)}
 
 
 # The operator names the Accounting's Service after it (`<slurm.fullname>-accounting`) and

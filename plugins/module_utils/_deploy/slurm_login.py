@@ -16,7 +16,6 @@ Nothing of the image is changed, so Slinky's images and a site's own work alike.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import re
 import typing as t
@@ -24,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.merge import merged, plain
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.metallb import (
     ADDRESS_ANNOTATION,
 )
@@ -711,7 +710,7 @@ def login_set_values(
         pod_spec: dict[str, t.Any] = {
             "nodeSelector": {"kubernetes.io/os": "linux", **selector},
             "affinity": away_from_pools(shared_selectors),
-            "tolerations": copy.deepcopy(tolerations),
+            "tolerations": plain(tolerations),
             "initContainers": [],
             "volumes": [],
         }
@@ -720,9 +719,7 @@ def login_set_values(
             "replicas": replicas,
             "login": {
                 "image": dict(login_image),
-                "resources": copy.deepcopy(
-                    dict(_mapping(given.get("resources"), f"{var}.resources"))
-                ),
+                "resources": plain(dict(_mapping(given.get("resources"), f"{var}.resources"))),
                 "volumeMounts": [],
             },
             "initconf": {"image": dict(initconf_image)},

@@ -111,20 +111,6 @@ def mint_token(key: bytes, user: str, lifespan: int, now: int | None = None) -> 
     return f"{signing_input}.{_b64url(signature)}"
 
 
-def token_expiry(token: str) -> float | None:
-    """The `exp` claim of a JWT (Unix time), read without checking the signature; None when
-    the token has none or is not a JWT. For warnings only: slurmctld decides validity."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except ValueError:
-        return None
-    exp = claims.get("exp") if isinstance(claims, dict) else None
-    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
-
-
 def read_jwt_key(path: str) -> bytes:
     """Read slurmctld's JWT key file; errors name the path and the fix."""
     try:

@@ -24,7 +24,7 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import token_expiry
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.jwt import token_expiry
 
 DEFAULT_LIFETIME_S = 15 * 60
 DEFAULT_USER = "nobody"

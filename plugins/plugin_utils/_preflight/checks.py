@@ -20,11 +20,6 @@ from dataclasses import asdict, dataclass, field
 
 import yaml
 
-try:
-    import netaddr
-except ImportError:  # the filter says what to install
-    netaddr = None
-
 # Outcomes of a check on a host.
 PASS = "pass"  # noqa: S105 - an outcome, not a password
 WARN = "warn"
@@ -99,12 +94,17 @@ class PreflightError(ValueError):
     """The preflight cannot run; the message names the setting and the fix."""
 
 
-def require_netaddr() -> None:
-    if netaddr is None:
+def require_netaddr() -> t.Any:
+    """The netaddr library. Imported here, not at the top: Ansible imports every filter file
+    of the collection in each task's worker process, and few tasks compare networks."""
+    try:
+        import netaddr  # noqa: PLC0415
+    except ImportError:
         raise PreflightError(
             "the preflight compares networks with the Python library netaddr: install it on "
             "the controller (pip install netaddr)"
-        )
+        ) from None
+    return netaddr
 
 
 class _Checker:
@@ -480,6 +480,7 @@ def _network_checks(
     if not cluster:
         c.skip("network.overlap", "node_prep_pod_cidr and node_prep_service_cidr are unset")
         return
+    netaddr = require_netaddr()
     clashes = []
     for link in (facts.get("network") or {}).get("links") or []:
         if str(link.get("name", "")).startswith(("cni", "flannel", "cali", "veth", "lo", "kube")):
@@ -598,6 +599,7 @@ def site_checks(settings: Settings) -> list[CheckResult]:
     named = [("pod", settings.pod_cidr), ("service", settings.service_cidr)]
     named += [(f"site {n}", n) for n in settings.site_networks]
     named = [(what, cidr) for what, cidr in named if cidr]
+    netaddr = require_netaddr()
     clashes = []
     for index, (what, cidr) in enumerate(named):
         for other, other_cidr in named[index + 1 :]:

@@ -13,11 +13,6 @@ import math
 import typing as t
 from collections.abc import Iterable, Mapping
 
-try:
-    import netaddr
-except ImportError:
-    netaddr = None
-
 from ansible_collections.hpcops.slinky.plugins.plugin_utils._preflight.checks import (
     require_netaddr,
 )
@@ -152,6 +147,7 @@ def inventory_problems(
 
 
 def _is_cidr(value: t.Any) -> bool:
+    netaddr = require_netaddr()
     text = str(value)
     if "/" not in text:
         return False

@@ -9,8 +9,12 @@ import typing as t
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.filter.deploy import slurm_cluster_autoscaling
+from ansible_collections.hpcops.slinky.plugins.filter.deploy import (
+    slurm_cluster_autoscaling,
+    slurm_cluster_values,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
     chart_args,
@@ -837,3 +841,143 @@ def test_a_database_setting_that_cannot_work_is_named(
     with pytest.raises(ConfigError) as err:
         build_values({**SETTINGS, "accounting": True, "accounting_database": database}, NODES)
     assert err.value.variable == variable and fix in str(err.value)
+
+
+HPC = SETTINGS["pools"]["hpc"]
+INTERACTIVE = SETTINGS["pools"]["interactive"]
+BACKFILL = SETTINGS["backfill"]
+AUTOSCALED = {"min_replicas": 0, "max_replicas": 2}
+
+
+# The inventories site.yml refuses in this function, each with the variable the message must
+# name and a word of the fix (tests/integration/test_site_bad_inventory.py runs a few of them
+# through site.yml on the Kubernetes lab, and shows that nothing changes).
+@pytest.mark.parametrize(
+    ("changed", "variable", "fix"),
+    [
+        ({"mcs": "tenant"}, "slurm_cluster_mcs", "use one of"),
+        ({"mcs": "account:enforced,select"}, "slurm_cluster_mcs", "slurmdbd"),
+        ({"mcs": "label", "slurm_version": "24.05"}, "slurm_cluster_mcs", "24.11"),
+        (
+            {"partitions": {"debug": {"pools": ["gpu-big"]}}},
+            "slurm_cluster_partitions.debug.pools",
+            "do not exist",
+        ),
+        (
+            {"backfill": {**BACKFILL, "grace_time_s": -5}},
+            "slurm_cluster_backfill.grace_time_s",
+            ">= 0",
+        ),
+        (
+            {"backfill": {**BACKFILL, "max_time": "UNLIMITED"}},
+            "slurm_cluster_backfill.max_time",
+            "finite",
+        ),
+        (
+            # Jobs of up to 4 hours on lent nodes whose reclaim cancels them after 30 s.
+            {
+                "backfill": {**BACKFILL, "max_time": "4:00:00", "grace_time_s": 30},
+                "handover_policy": {
+                    "partitions": {"backfill": {"grace_s": 30, "escalation": "cancel"}}
+                },
+            },
+            "slurm_cluster_backfill.max_time",
+            "at most 0:01:00",
+        ),
+        (
+            {"backfill": {**BACKFILL, "priority_tier": 10}},
+            "slurm_cluster_backfill.priority_tier",
+            "lower tier",
+        ),
+        (
+            {"cgroup": {"CgroupAutomount": True}},
+            "slurm_cluster_cgroup.CgroupAutomount",
+            "slurmd refuses",
+        ),
+        ({"slurm_version": "latest"}, "slurm_cluster_slurm_version", "YY.MM"),
+        (
+            {"pools": {"hpc": {**HPC, "kind": "shared"}, "interactive": INTERACTIVE}},
+            "slurm_cluster_pools.hpc.kind",
+            "dedicated, lendable",
+        ),
+        (
+            {
+                "pools": {
+                    "hpc": HPC,
+                    "interactive": {**INTERACTIVE, "scaling_mode": "StatefulSet"},
+                }
+            },
+            "slurm_cluster_pools.interactive.scaling_mode",
+            "DaemonSet",
+        ),
+        (
+            {"pools": {"hpc": {**HPC, "replicas": 5}, "interactive": INTERACTIVE}},
+            "slurm_cluster_pools.hpc.replicas",
+            "add nodes",
+        ),
+        (
+            {
+                "pools": {
+                    "hpc": {**HPC, "scaling_mode": "DaemonSet", "autoscale": AUTOSCALED},
+                    "interactive": INTERACTIVE,
+                }
+            },
+            "slurm_cluster_pools.hpc.autoscale",
+            "StatefulSet only",
+        ),
+        (
+            {
+                "pools": {
+                    "hpc": {**HPC, "autoscale": {**AUTOSCALED, "max_replicas": 5}},
+                    "interactive": INTERACTIVE,
+                }
+            },
+            "slurm_cluster_pools.hpc.autoscale.max_replicas",
+            "the pool has 2 nodes",
+        ),
+        (
+            {"chart_version": "1.2.1", "nodeset_defaults": {"taintKubeNodes": True}},
+            "slurm_cluster_nodeset_defaults.taintKubeNodes",
+            "was removed in Slinky 1.2",
+        ),
+        ({"inplace_reconfigure": True}, "slurm_cluster_inplace_reconfigure", "Slinky 1.2"),
+        (
+            {
+                "chart_version": "1.2.1",
+                "mcs": "user:enforced,select",
+                "pools": {
+                    **SETTINGS["pools"],
+                    "bridge": {"kind": "bridge", "node_selector": {"hpcops.io/pool": "bridge"}},
+                },
+            },
+            "slurm_cluster_mcs",
+            "use 'label'",
+        ),
+    ],
+    ids=[
+        "unknown-mcs-plugin",
+        "mcs-account-without-accounting",
+        "mcs-label-before-24.11",
+        "partition-names-a-missing-pool",
+        "negative-grace",
+        "unlimited-backfill-time",
+        "backfill-time-longer-than-a-cancelling-grace",
+        "backfill-tier-not-below-batch",
+        "cgroup-key-removed-from-slurm",
+        "slurm-version-not-a-release",
+        "unknown-pool-kind",
+        "lendable-pool-as-statefulset",
+        "more-replicas-than-nodes",
+        "autoscale-a-daemonset-pool",
+        "autoscale-beyond-the-pool",
+        "taint-kube-nodes-on-1.2",
+        "inplace-reconfigure-on-1.1",
+        "bridge-pool-with-mcs-user",
+    ],
+)
+def test_a_site_setting_that_cannot_work_is_named_with_its_fix(
+    changed: dict[str, t.Any], variable: str, fix: str
+) -> None:
+    with pytest.raises(AnsibleFilterError) as err:
+        slurm_cluster_values({**SETTINGS, **changed}, [*NODES, node("br01", "bridge")])
+    assert variable in str(err.value) and fix in str(err.value), str(err.value)

@@ -20,6 +20,7 @@ from fake_slurmrestd import (
     recording,
 )
 
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.jwt import token_expiry
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     INFINITE,
     SUPPORTED_API_VERSIONS,
@@ -39,7 +40,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
     offered_versions,
     plain_number,
     read_jwt_key,
-    token_expiry,
 )
 
 KEY = b"0123456789abcdef0123456789abcdef"
