@@ -12,7 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, metallb, rollout
+from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, rollout
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart import (
     ChartSourceError,
@@ -25,32 +25,18 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_relea
     resolve,
     version_problems,
 )
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_upgrade import (
-    upgrade_report,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
-    NO_BRIDGE_POOL,
-    BridgePool,
-    bridge_pool,
-    bridge_problems,
-    node_marks,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
-    autoscaling,
-    build_values,
-    controller_metrics_url,
-    controller_name,
-    directory_objects,
-    nodeset_object_name,
-)
-from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
-    login_addresses,
-    login_services_pending,
-    login_sets_not_ready,
-)
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.storage import (
     controller_storage_problems,
 )
+
+if t.TYPE_CHECKING:
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+        BridgePool,
+    )
+
+# The large modules (the slurm chart's values, login sets, MetalLB, the bridge, upgrades) are
+# imported inside the filters that use them: Ansible imports every filter file of the
+# collection in each task's worker process, and compiles each module from its source there.
 
 
 def helm_chart_args(
@@ -76,6 +62,10 @@ def _cluster_inputs(name: str, settings: t.Any, nodes: t.Any) -> None:
 
 def slurm_cluster_values(settings: t.Any, nodes: t.Any = None) -> dict[str, t.Any]:
     """Values of the Slinky slurm chart from the slurm_cluster role's settings and the Nodes."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+        build_values,
+    )
+
     _cluster_inputs("slurm_cluster_values", settings, nodes)
     try:
         return build_values(settings, nodes)
@@ -88,6 +78,10 @@ def slurm_cluster_storage_problems(
 ) -> list[str]:
     """Why the chart values' claims would not bind or cannot change, given the cluster's
     StorageClasses and the Controllers already in the release's namespace."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+        controller_name,
+    )
+
     if not isinstance(values, dict) or not isinstance(storage_classes, list):
         raise AnsibleFilterError(
             "slurm_cluster_storage_problems: expected the chart values (a mapping) and the "
@@ -132,6 +126,8 @@ def metallb_pool_problems(
     pod_cidr: t.Any = "",
 ) -> list[str]:
     """Every problem of MetalLB's address pools, each naming the variable and the fix."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import metallb
+
     if node_addresses is not None and not isinstance(node_addresses, list):
         raise AnsibleFilterError("metallb_pool_problems: expected the Nodes' addresses as a list")
     try:
@@ -148,6 +144,8 @@ def metallb_pool_problems(
 
 def load_balancer_problems(values: t.Any, provider: t.Any = "") -> list[str]:
     """The slurm chart's Services of type LoadBalancer that no provider would serve."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import metallb
+
     if not isinstance(values, dict):
         raise AnsibleFilterError("load_balancer_problems: expected the slurm chart's values")
     return metallb.load_balancer_problems(values, str(provider or ""))
@@ -155,6 +153,8 @@ def load_balancer_problems(values: t.Any, provider: t.Any = "") -> list[str]:
 
 def login_address_problems(values: t.Any, pools: t.Any = None) -> list[str]:
     """The login sets' addresses that no pool of metallb_address_pools holds."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import metallb
+
     if not isinstance(values, dict) or not isinstance(pools or [], list):
         raise AnsibleFilterError(
             "login_address_problems: expected the chart values (a mapping) and "
@@ -170,6 +170,10 @@ def slurm_cluster_directory_objects(
     settings: t.Any, bind_password: t.Any = "", namespace: str = "slurm"
 ) -> list[dict[str, t.Any]]:
     """The directory client's Secret and the nsswitch.conf ConfigMap of the Slurm pods."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+        directory_objects,
+    )
+
     if not isinstance(settings, dict):
         raise AnsibleFilterError(
             "slurm_cluster_directory_objects: expected the role's settings as a mapping"
@@ -190,16 +194,28 @@ def _objects(name: str, objects: t.Any) -> list[dict[str, t.Any]]:
 
 def slurm_login_sets_not_ready(deployments: t.Any, expected: t.Any = 0) -> list[str]:
     """The login sets whose pods are not all ready, and how many have no Deployment yet."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
+        login_sets_not_ready,
+    )
+
     return login_sets_not_ready(_objects("slurm_login_sets_not_ready", deployments), int(expected))
 
 
 def slurm_login_services_pending(services: t.Any) -> list[str]:
     """The login Services of type LoadBalancer that have no address yet."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
+        login_services_pending,
+    )
+
     return login_services_pending(_objects("slurm_login_services_pending", services))
 
 
 def slurm_login_addresses(services: t.Any) -> dict[str, dict[str, t.Any]]:
     """How each login Service is reached."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login import (
+        login_addresses,
+    )
+
     return login_addresses(_objects("slurm_login_addresses", services))
 
 
@@ -210,6 +226,11 @@ def _pools(name: str, pools: t.Any) -> dict[str, t.Any]:
 
 
 def _bridge(name: str, pools: t.Any) -> BridgePool:
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+        NO_BRIDGE_POOL,
+        bridge_pool,
+    )
+
     try:
         bridge = bridge_pool(_pools(name, pools))
     except ConfigError as err:
@@ -234,6 +255,10 @@ def slurm_bridge_problems(
     pools: t.Any, nodes: t.Any, kubernetes_version: t.Any, slurm_nodes: t.Any = None
 ) -> list[str]:
     """What stops slurm-bridge before any change, one sentence each."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+        bridge_problems,
+    )
+
     return bridge_problems(
         _pools("slurm_bridge_problems", pools),
         _objects("slurm_bridge_problems", nodes),
@@ -245,6 +270,10 @@ def slurm_bridge_problems(
 def slurm_bridge_node_marks(pools: t.Any, nodes: t.Any) -> dict[str, dict[str, dict[str, str]]]:
     """The labels and annotations each of the bridge's Kubernetes nodes needs, and those of
     the lendable pools (a Slurm name label the bridge never takes for a Slurm node's)."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+        node_marks,
+    )
+
     bridge = _bridge("slurm_bridge_node_marks", pools)
     lendable = [
         {str(k): str(v) for k, v in (pool.get("node_selector") or {}).items()}
@@ -256,6 +285,8 @@ def slurm_bridge_node_marks(pools: t.Any, nodes: t.Any) -> dict[str, dict[str, d
 
 def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:
     """The IPAddressPool and L2Advertisement of each checked pool."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import metallb
+
     if not isinstance(pools, list) or not all(isinstance(p, dict) for p in pools):
         raise AnsibleFilterError(
             "metallb_resources: expected metallb_address_pools, a list of mappings"
@@ -268,6 +299,12 @@ def slurm_cluster_autoscaling(
 ) -> list[dict[str, t.Any]]:
     """The NodeSets whose pools ask for autoscaling, with partition and replica bounds, and
     where slurmctld serves the metrics that drive them (so the keda role guesses nothing)."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+        autoscaling,
+        controller_metrics_url,
+        nodeset_object_name,
+    )
+
     _cluster_inputs("slurm_cluster_autoscaling", settings, nodes)
     try:
         scaled = autoscaling(settings, nodes)
@@ -313,6 +350,10 @@ def slinky_upgrade_report(
     database_backup: str = "",
 ) -> dict[str, t.Any]:
     """What upgrading the installed Slinky charts to `wanted` changes for this site."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slinky_upgrade import (
+        upgrade_report,
+    )
+
     if not isinstance(installed, dict):
         raise AnsibleFilterError(
             "slinky_upgrade_report: expected the installed chart versions (crds, operator, slurm)"

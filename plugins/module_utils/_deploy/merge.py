@@ -25,7 +25,7 @@ def plain(value: t.Any) -> t.Any:
 
 def merged(base: Mapping[str, t.Any], override: Mapping[str, t.Any]) -> dict[str, t.Any]:
     """Recursive merge, as Ansible's combine(recursive=True): override wins, lists replace."""
-    out = plain(base)
+    out: dict[str, t.Any] = plain(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = merged(out[key], value)
