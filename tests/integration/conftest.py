@@ -209,7 +209,8 @@ tests_began_key = pytest.StashKey[tuple[float, bool]]()
 
 def _cpu_s() -> float:
     """CPU seconds of this process and of the commands it ran that have ended (ansible-playbook
-    and its modules, helm, kubectl); not the labs' daemons, which run on."""
+    and its modules, helm, kubectl). A lab's daemons count in the module that stops them (all
+    they used since they started), and kind's containers not at all."""
     own, ended = (
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),

@@ -580,7 +580,12 @@ def docker_import(image: Image, root: Path, recipe: str, log_path: Path) -> None
     cmd += ["-", image.ref]
     with log_path.open("a") as out:
         tar = subprocess.Popen(
-            ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-c", "."],
+            # Reproducible (in name order, no access or change times, no process ID in the
+            # names of pax headers): two images of one root are then one layer, which `kind
+            # load` saves and each node imports once (the four Slurm daemons' images).
+            ["tar", "--sort=name", "--numeric-owner", "--xattrs",
+             "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime",
+             "-C", str(root), "-c", "."],
             stdout=subprocess.PIPE, stderr=out,
         )  # fmt: skip
         code = subprocess.run(
@@ -623,6 +628,8 @@ def copy_root(
         subprocess.run(["cp", "-a", f"{source()}/.", str(root)], check=True)
         if then:
             then(root)
+        else:  # the copy's own time too, so that copies of one root make the same layer
+            shutil.copystat(source(), root)
 
     return fill
 
@@ -656,11 +663,14 @@ def fill_busybox(root: Path) -> None:
 
 
 def slurm_image(daemon: str, **kwargs: object) -> Image:
+    """One Slurm daemon's image: the Slurm root (one layer, the same for every daemon), and
+    the daemon's entrypoint and user."""
     return Image(
         key=daemon,
         ref=f"{SLURM_REPOSITORY}/{daemon}:{{slurm}}-debian-{SLURM_SUITE}",
         fill=copy_root(slurm_root),
         inputs=lambda: root_recipe(slurm_root()),
+        revision=3,  # 3: the layer shared by the daemons' images
         **kwargs,  # type: ignore[arg-type]
     )
 
