@@ -122,10 +122,15 @@ def molecule(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
         log = REPO / ".kind/molecule-test.log"
         log.write_text(output)
         steps = "\n".join(f"  {s:<10}{a:<12}{t}" for s, a, t in action_times(output))
+        # The cluster it stopped in its middle goes too: no container is left running.
+        destroyed = subprocess.run(
+            ["molecule", "destroy"], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=600, check=False,
+        ).returncode  # fmt: skip
         pytest.fail(
             f"molecule {' '.join(args)} still ran after {minutes(MOLECULE_TIMEOUT_S)} "
-            f"(log: {log.relative_to(REPO)}); the steps it ended:\n{steps}\n"
-            + "\n".join(output.splitlines()[-30:]),
+            f"(log: {log.relative_to(REPO)}; molecule destroy after it: exit {destroyed}); "
+            f"the steps it ended:\n{steps}\n" + "\n".join(output.splitlines()[-30:]),
             pytrace=False,
         )
     return proc, time.monotonic() - started
