@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
 
-    trials = [filter_imports() for _ in range(args.trials)]
+    trials = [filter_imports() for _trial in range(args.trials)]
     names = list(trials[0])
     print("importing the filter files in a fresh interpreter (CPU s, median of trials):")
     rows = [[name, figure(median([t[name] for t in trials]), 3)] for name in names]
@@ -101,7 +101,7 @@ def main() -> None:
     if "KUBECONFIG" not in os.environ:
         os.environ["KUBECONFIG"] = str(REPO / ".lab" / "kubeconfig")
     first = site_run()  # deploys the site if the lab has none, or changes nothing
-    runs = [site_run() for _ in range(args.trials)]
+    runs = [site_run() for _trial in range(args.trials)]
     recap = RECAP.search(runs[-1][2])
     tasks = sum(int(n) for n in (recap.group(1), recap.group(3))) if recap else 0
     changed = int(recap.group(2)) if recap else -1
