@@ -191,6 +191,7 @@ def address_pool_problems(
             "that no machine uses"
         ]
     try:
+        netaddr = require_netaddr()
         networks = _networks(node_networks, "metallb_node_networks")
     except MetallbConfigError as err:
         return [str(err)]
@@ -217,7 +218,7 @@ def address_pool_problems(
         if not isinstance(addresses, list) or not addresses:
             problems.append(f"{where}.addresses: none; give a list of CIDRs or ranges")
             continue
-        pool_set = require_netaddr().IPSet()
+        pool_set = netaddr.IPSet()
         for position, text in enumerate(addresses):
             variable = f"{where}.addresses[{position}]"
             try:

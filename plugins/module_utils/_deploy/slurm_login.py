@@ -719,7 +719,7 @@ def login_set_values(
             "replicas": replicas,
             "login": {
                 "image": dict(login_image),
-                "resources": plain(dict(_mapping(given.get("resources"), f"{var}.resources"))),
+                "resources": plain(_mapping(given.get("resources"), f"{var}.resources")),
                 "volumeMounts": [],
             },
             "initconf": {"image": dict(initconf_image)},
