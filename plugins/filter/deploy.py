@@ -283,6 +283,21 @@ def slurm_bridge_node_marks(pools: t.Any, nodes: t.Any) -> dict[str, dict[str, d
     return node_marks(bridge, _objects("slurm_bridge_node_marks", nodes), lendable)
 
 
+def slurm_bridge_token_rollout_schedule(
+    enabled: t.Any, image: t.Any, every_min: t.Any, lifetime: t.Any
+) -> str:
+    """The schedule of the CronJob that replaces the bridge's pods after each renewal of its
+    token ('' when turned off)."""
+    from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge import (
+        token_rollout_schedule,
+    )
+
+    try:
+        return token_rollout_schedule(bool(enabled), str(image or ""), every_min, lifetime)
+    except ConfigError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
 def metallb_resources(pools: t.Any, namespace: str = "metallb-system") -> list[dict[str, t.Any]]:
     """The IPAddressPool and L2Advertisement of each checked pool."""
     from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import metallb
@@ -434,4 +449,5 @@ class FilterModule:
             "slurm_bridge_pool": slurm_bridge_pool,
             "slurm_bridge_problems": slurm_bridge_problems,
             "slurm_bridge_node_marks": slurm_bridge_node_marks,
+            "slurm_bridge_token_rollout_schedule": slurm_bridge_token_rollout_schedule,
         }

@@ -52,7 +52,6 @@ pytestmark = pytest.mark.integration
 
 NAME = "hpcops-slinky-handover"
 NS = "slurm"
-ACCOUNT = f"system:serviceaccount:{NS}:{NAME}"
 IMAGE = "registry.lab.invalid/hpcops-slinky-ee:0.1.0"
 TOKEN_SECRET = f"{NAME}-slurm-token"
 STATUS = "hpcops-slinky-handover-status"
@@ -86,12 +85,12 @@ def gauge(found: dict[t.Any, float], name: str, **labels: str) -> float:
     ]
 
 
-def account_kubeconfig(lab: K8sLab, path: Path) -> Path:
+def account_kubeconfig(lab: K8sLab, path: Path, namespace: str = NS, name: str = NAME) -> Path:
     """A kubeconfig with a fresh token of the runs' ServiceAccount (the CronJob pod's
     identity), the CA inline so that any user can use it."""
     status, body = lab.request(
         "POST",
-        f"/api/v1/namespaces/{NS}/serviceaccounts/{NAME}/token",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )
     assert status == 201, body
@@ -109,9 +108,9 @@ def account_kubeconfig(lab: K8sLab, path: Path) -> Path:
                 },
             }
         ],
-        "users": [{"name": NAME, "user": {"token": body["status"]["token"]}}],
-        "contexts": [{"name": NAME, "context": {"cluster": "lab", "user": NAME}}],
-        "current-context": NAME,
+        "users": [{"name": name, "user": {"token": body["status"]["token"]}}],
+        "contexts": [{"name": name, "context": {"cluster": "lab", "user": name}}],
+        "current-context": name,
     }
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
@@ -375,9 +374,16 @@ def test_rbac_allows_what_the_protocol_calls_and_denies_the_rest(
 
 
 def account_may(
-    lab: K8sLab, verb: str, group: str, resource: str, namespace: str, name: str
+    lab: K8sLab,
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str,
+    name: str,
+    account: tuple[str, str] = (NS, NAME),
 ) -> bool:
-    """The apiserver's answer (a SubjectAccessReview) for the runs' ServiceAccount."""
+    """The apiserver's answer (a SubjectAccessReview) for the runs' ServiceAccount (or the
+    one named by account, its namespace and name)."""
     resource, _slash, subresource = resource.partition("/")
     attributes = {"verb": verb, "group": group, "resource": resource}
     attributes.update(
@@ -394,10 +400,10 @@ def account_may(
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
-                "user": ACCOUNT,
+                "user": f"system:serviceaccount:{account[0]}:{account[1]}",
                 "groups": [
                     "system:serviceaccounts",
-                    f"system:serviceaccounts:{NS}",
+                    f"system:serviceaccounts:{account[0]}",
                     "system:authenticated",
                 ],
                 "resourceAttributes": attributes,

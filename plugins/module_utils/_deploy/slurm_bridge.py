@@ -28,6 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
+from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.slinky_tokens import (
+    go_duration_s,
+)
 
 POOLS_VAR = "slurm_cluster_pools"
 BRIDGE_KIND = "bridge"
@@ -278,3 +281,65 @@ def bridge_problems(
             "take them out of the partition"
         )
     return problems
+
+
+# The operator renews a Token at four fifths of its lifetime (slurm-operator v1.2.1
+# internal/controller/token); the JWT it replaced stays valid for the last fifth.
+TOKEN_STILL_VALID_SHARE = 0.2
+TOKEN_ROLLOUT_VARS = {
+    "enabled": "slurm_bridge_token_rollout",
+    "image": "slurm_bridge_token_rollout_image",
+    "every": "slurm_bridge_token_rollout_every_min",
+    "lifetime": "slurm_bridge_token_lifetime",
+}
+
+
+def token_rollout_schedule(enabled: bool, image: str, every_min: t.Any, lifetime: t.Any) -> str:
+    """The CronJob schedule that replaces the bridge's pods after the operator renewed their
+    token ('' when turned off); ConfigError naming the setting and the fix.
+
+    The bridge reads its token once, from an environment variable, so its pods must be
+    replaced while the token they started with is still valid: within the last fifth of the
+    lifetime. A run every ``every_min`` minutes comes in time when ``every_min`` is less than
+    that fifth."""
+    names = TOKEN_ROLLOUT_VARS
+    lifetime_s = go_duration_s(lifetime)
+    if not lifetime_s:
+        raise ConfigError(
+            names["lifetime"],
+            f"{lifetime!r} is not a duration",
+            "write it as Kubernetes does, for example 24h or 90m",
+        )
+    window_min = lifetime_s * TOKEN_STILL_VALID_SHARE / 60
+    if not enabled:
+        return ""
+    if not str(image or "").strip():
+        raise ConfigError(
+            names["image"],
+            "is empty, and the bridge reads its slurmrestd token only when it starts while the "
+            f"operator renews it every {lifetime_s * (1 - TOKEN_STILL_VALID_SHARE) / 3600:g}h",
+            "give the image built from execution-environment.yml (docs/site.md; "
+            "handover_schedule_image's by default), or set slurm_bridge_token_rollout: false "
+            f"and run site.yml at least every {window_min:g} min",
+        )
+    if isinstance(every_min, bool) or not isinstance(every_min, int):
+        raise ConfigError(names["every"], f"{every_min!r} is not a whole number", "give minutes")
+    if 1 <= every_min <= 59:
+        schedule = f"*/{every_min} * * * *"
+    elif every_min % 60 == 0 and 60 <= every_min <= 720:
+        schedule = f"0 */{every_min // 60} * * *"
+    else:
+        raise ConfigError(
+            names["every"],
+            f"{every_min} is neither 1 to 59 minutes nor a whole number of hours up to 12",
+            "give one of those (a cron schedule repeats within the hour or the day)",
+        )
+    if every_min >= window_min:
+        raise ConfigError(
+            names["every"],
+            f"{every_min} min is not less than the last fifth of {names['lifetime']} "
+            f"({lifetime}: {window_min:g} min), while the token the bridge started with is "
+            "still valid",
+            "lower it, or lengthen the lifetime",
+        )
+    return schedule

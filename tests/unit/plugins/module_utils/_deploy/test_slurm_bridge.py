@@ -16,6 +16,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_bridge
     bridge_pool,
     bridge_problems,
     node_marks,
+    token_rollout_schedule,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
     build_values,
@@ -240,3 +241,48 @@ def test_slurms_services_and_login_pods_stay_off_the_bridges_nodes() -> None:
                 ]
             }
         ]
+
+
+@pytest.mark.parametrize(
+    ("every_min", "lifetime", "schedule"),
+    [
+        (30, "24h", "*/30 * * * *"),
+        (1, "10m", "*/1 * * * *"),  # a fifth of 10 min: 2 min
+        (120, "24h", "0 */2 * * *"),
+        (59, "5h", "*/59 * * * *"),  # the last fifth: 60 min
+    ],
+)
+def test_the_token_rollout_runs_within_the_last_fifth_of_the_tokens_lifetime(
+    every_min: int, lifetime: str, schedule: str
+) -> None:
+    assert token_rollout_schedule(True, "ee:1", every_min, lifetime) == schedule
+
+
+def test_a_token_rollout_turned_off_has_no_schedule_but_its_lifetime_is_still_checked() -> None:
+    assert token_rollout_schedule(False, "", 30, "24h") == ""
+    with pytest.raises(ConfigError, match=r"^slurm_bridge_token_lifetime: 'a day' is not a"):
+        token_rollout_schedule(False, "", 30, "a day")
+
+
+@pytest.mark.parametrize(
+    ("image", "every_min", "lifetime", "variable", "says"),
+    [
+        ("", 30, "24h", "slurm_bridge_token_rollout_image", "run site.yml at least every 288 min"),
+        (" ", 30, "24h", "slurm_bridge_token_rollout_image", "renews it every 19.2h"),
+        ("ee:1", 60, "5h", "slurm_bridge_token_rollout_every_min", "(5h: 60 min)"),
+        ("ee:1", 300, "24h", "slurm_bridge_token_rollout_every_min", "(24h: 288 min)"),
+        ("ee:1", 780, "240h", "slurm_bridge_token_rollout_every_min", "whole number of hours"),
+        ("ee:1", 90, "24h", "slurm_bridge_token_rollout_every_min", "neither 1 to 59"),
+        ("ee:1", 0, "24h", "slurm_bridge_token_rollout_every_min", "neither 1 to 59"),
+        ("ee:1", "30", "24h", "slurm_bridge_token_rollout_every_min", "not a whole number"),
+        ("ee:1", True, "24h", "slurm_bridge_token_rollout_every_min", "not a whole number"),
+        ("ee:1", 30, "", "slurm_bridge_token_lifetime", "is not a duration"),
+    ],
+)
+def test_a_token_rollout_that_cannot_come_in_time_is_refused_with_the_fix(
+    image: str, every_min: t.Any, lifetime: str, variable: str, says: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        token_rollout_schedule(True, image, every_min, lifetime)
+    assert refused.value.variable == variable
+    assert says in str(refused.value)
