@@ -287,7 +287,6 @@ def bridge_problems(
 # internal/controller/token); the JWT it replaced stays valid for the last fifth.
 TOKEN_STILL_VALID_SHARE = 0.2
 TOKEN_ROLLOUT_VARS = {
-    "enabled": "slurm_bridge_token_rollout",
     "image": "slurm_bridge_token_rollout_image",
     "every": "slurm_bridge_token_rollout_every_min",
     "lifetime": "slurm_bridge_token_lifetime",
