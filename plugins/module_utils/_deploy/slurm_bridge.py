@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.slinky_tokens import (
+    LIFETIME_LEFT_AT_RENEWAL,
     go_duration_s,
 )
 
@@ -283,9 +284,6 @@ def bridge_problems(
     return problems
 
 
-# The operator renews a Token at four fifths of its lifetime (slurm-operator v1.2.1
-# internal/controller/token); the JWT it replaced stays valid for the last fifth.
-TOKEN_STILL_VALID_SHARE = 0.2
 TOKEN_ROLLOUT_VARS = {
     "image": "slurm_bridge_token_rollout_image",
     "every": "slurm_bridge_token_rollout_every_min",
@@ -309,14 +307,14 @@ def token_rollout_schedule(enabled: bool, image: str, every_min: t.Any, lifetime
             f"{lifetime!r} is not a duration",
             "write it as Kubernetes does, for example 24h or 90m",
         )
-    window_min = lifetime_s * TOKEN_STILL_VALID_SHARE / 60
+    window_min = lifetime_s * LIFETIME_LEFT_AT_RENEWAL / 60
     if not enabled:
         return ""
     if not str(image or "").strip():
         raise ConfigError(
             names["image"],
             "is empty, and the bridge reads its slurmrestd token only when it starts while the "
-            f"operator renews it every {lifetime_s * (1 - TOKEN_STILL_VALID_SHARE) / 3600:g}h",
+            f"operator renews it every {lifetime_s * (1 - LIFETIME_LEFT_AT_RENEWAL) / 3600:g}h",
             "give the image built from execution-environment.yml (docs/site.md; "
             "handover_schedule_image's by default), or set slurm_bridge_token_rollout: false "
             f"and run site.yml at least every {window_min:g} min",

@@ -62,9 +62,14 @@ def token_secret(token: Mapping[str, t.Any]) -> tuple[str, str]:
     return str(name), str(ref.get("key") or DEFAULT_SECRET_KEY)
 
 
+# The share of a Token's lifetime its JWT has left when the operator writes the next one (it
+# renews at four fifths of the lifetime): the replaced JWT stays valid that long.
+LIFETIME_LEFT_AT_RENEWAL = 0.2
+
+
 def renewal_due_in_s(lifetime_s: float, expires_in_s: float) -> float:
     """Seconds until the operator should write a new JWT (negative: it is overdue)."""
-    return expires_in_s - lifetime_s / 5
+    return expires_in_s - lifetime_s * LIFETIME_LEFT_AT_RENEWAL
 
 
 def renewal_slack_s(lifetime_s: float) -> float:
