@@ -245,7 +245,8 @@ def test_the_cronjobs_command_as_its_account_rolls_the_bridge_out_after_a_renewa
             check=False,
         )
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "first-jwt" not in done.stdout + done.stderr and "second-jwt" not in done.stdout
+        said = done.stdout + done.stderr
+        assert "first-jwt" not in said and "second-jwt" not in said  # no token in its output
         return done.stdout
 
     for name in DEPLOYMENTS:

@@ -319,6 +319,9 @@ def token_rollout_schedule(enabled: bool, image: str, every_min: t.Any, lifetime
             "handover_schedule_image's by default), or set slurm_bridge_token_rollout: false "
             f"and run site.yml at least every {window_min:g} min",
         )
+    # The role's argument spec takes "30" for an int as well; a bool is no number of minutes.
+    if isinstance(every_min, str) and every_min.strip().isdigit():
+        every_min = int(every_min)
     if isinstance(every_min, bool) or not isinstance(every_min, int):
         raise ConfigError(names["every"], f"{every_min!r} is not a whole number", "give minutes")
     if 1 <= every_min <= 59:

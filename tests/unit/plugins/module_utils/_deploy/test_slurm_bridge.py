@@ -250,10 +250,11 @@ def test_slurms_services_and_login_pods_stay_off_the_bridges_nodes() -> None:
         (1, "10m", "*/1 * * * *"),  # a fifth of 10 min: 2 min
         (120, "24h", "0 */2 * * *"),
         (59, "5h", "*/59 * * * *"),  # the last fifth: 60 min
+        ("30", "24h", "*/30 * * * *"),  # a YAML string the argument spec took for an int
     ],
 )
 def test_the_token_rollout_runs_within_the_last_fifth_of_the_tokens_lifetime(
-    every_min: int, lifetime: str, schedule: str
+    every_min: int | str, lifetime: str, schedule: str
 ) -> None:
     assert token_rollout_schedule(True, "ee:1", every_min, lifetime) == schedule
 
@@ -274,7 +275,7 @@ def test_a_token_rollout_turned_off_has_no_schedule_but_its_lifetime_is_still_ch
         ("ee:1", 780, "240h", "slurm_bridge_token_rollout_every_min", "whole number of hours"),
         ("ee:1", 90, "24h", "slurm_bridge_token_rollout_every_min", "neither 1 to 59"),
         ("ee:1", 0, "24h", "slurm_bridge_token_rollout_every_min", "neither 1 to 59"),
-        ("ee:1", "30", "24h", "slurm_bridge_token_rollout_every_min", "not a whole number"),
+        ("ee:1", "half an hour", "24h", "slurm_bridge_token_rollout_every_min", "not a whole"),
         ("ee:1", True, "24h", "slurm_bridge_token_rollout_every_min", "not a whole number"),
         ("ee:1", 30, "", "slurm_bridge_token_lifetime", "is not a duration"),
     ],
