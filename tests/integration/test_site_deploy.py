@@ -11,6 +11,8 @@ the slurm.conf and cgroup.conf the deployment produced.
 from __future__ import annotations
 
 import base64
+import socket
+import threading
 import typing as t
 import urllib.request
 
@@ -524,12 +526,92 @@ def test_the_scaled_nodeset_grows_and_shrinks_through_its_scale_subresource(
     assert run.changed == 0, run.changed_tasks()
 
 
+class UnreachableWebhook:
+    """A validating webhook for Slinky's objects in the slurm namespace that the apiserver
+    cannot call (an address bound but not listening: connection refused), as Slinky's is
+    while its pod restarts; gone once it has refused an upgrade of the Slurm release."""
+
+    NAME = "hpcops-test-unreachable"
+
+    def __init__(self, lab: t.Any) -> None:
+        self.lab = lab
+        self.port = socket.socket()
+        self.port.bind(("127.0.0.1", 0))
+        self.revisions_refused = 0
+        self.stop = threading.Event()
+        self.watcher = threading.Thread(target=self._remove_after_a_refusal, daemon=True)
+
+    def __enter__(self) -> UnreachableWebhook:
+        url = f"https://127.0.0.1:{self.port.getsockname()[1]}/validate"
+        self.lab.apply(
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": self.NAME},
+                "webhooks": [
+                    {
+                        "name": "unreachable.hpcops.test",
+                        "clientConfig": {"url": url},
+                        "rules": [
+                            {
+                                "apiGroups": ["slinky.slurm.net"],
+                                "apiVersions": ["*"],
+                                "operations": ["CREATE", "UPDATE"],
+                                "resources": ["*"],
+                            }
+                        ],
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}
+                        },
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 5,
+                    }
+                ],
+            },
+        )
+        self.watcher.start()
+        return self
+
+    def revision(self) -> int:
+        secrets = self.lab.get(
+            f"/api/v1/namespaces/{NAMESPACE}/secrets?labelSelector=owner%3Dhelm%2Cname%3Dslurm"
+        )["items"]
+        return max(int(s["metadata"]["labels"]["version"]) for s in secrets)
+
+    def _remove_after_a_refusal(self) -> None:
+        # A refused upgrade is a revision that failed, then superseded by the atomic
+        # rollback's: two revisions more than before.
+        before = self.revision()
+        while not self.stop.wait(0.5):
+            self.revisions_refused = self.revision() - before - 1
+            if self.revisions_refused > 0:
+                break
+        self.remove()
+
+    def remove(self) -> None:
+        self.lab.request(
+            "DELETE",
+            f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{self.NAME}",
+        )
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.watcher.join()
+        self.remove()
+        self.port.close()
+
+
 def test_a_changed_setting_reaches_the_running_slurmctld(
     deployed: t.Any, slurm: SlinkyRest
 ) -> None:
     # The operator rewrites slurm.conf. Slinky 1.1: the controller pod's reconfigure (the pod
     # runner, as the chart's sidecar) makes the running slurmctld read it, with no restart.
     # 1.2 with inplaceReconfigure false (the role's choice): the slurmctld pod is recreated.
+    # The change goes in while a webhook for Slinky's objects cannot be called, as Slinky's
+    # own while its pod restarts: the refused upgrade is undone and asked again.
     def backfill_grace() -> int | None:
         status, body = slurm.request("GET", f"/slurm/{slurm.api}/partitions")
         if status == 502 and LAB_RUNS_1_2:
@@ -543,8 +625,12 @@ def test_a_changed_setting_reaches_the_running_slurmctld(
         "slurm_cluster_backfill": {"max_time": "4:00:00", "grace_time_s": 45, "priority_tier": 1}
     }
     try:
-        run = run_playbook(SITE, LAB_INVENTORY, extra_vars=changed)
+        with UnreachableWebhook(deployed) as webhook:
+            run = run_playbook(SITE, LAB_INVENTORY, extra_vars=changed)
         assert not run.failed, run.failures()
+        assert webhook.revisions_refused > 0, "the webhook never refused the upgrade"
+        (install,) = run.task_results("Install the Slurm cluster")
+        assert install["attempts"] >= 2, install
         assert run.changed > 0
         wait_until(lambda: backfill_grace() == 45, SLURM_DEADLINE_S, "GraceTime=45 in slurmctld")
     finally:
