@@ -683,6 +683,7 @@ def package_chart(
 SLURM_BRIDGE_MODULE = "github.com/SlinkyProject/slurm-bridge"
 SLURM_BRIDGE_VERSION = "v1.2.1"
 SLURM_BRIDGE_PROGRAMS = ("scheduler", "admission", "controllers")
+SCHEDULER_PLUGINS_MODULE = "sigs.k8s.io/scheduler-plugins"
 
 
 def slurm_bridge_archive() -> SourceArchive:
@@ -704,6 +705,20 @@ def build_slurm_bridge(binary: Binary, out: Path) -> None:
         tree = Path(scratch, "slurm-bridge")
         writable_copy(slurm_bridge_archive().unpacked(), tree)
         build_in_tree(binary, out, tree, f"./cmd/{program}", {SLURM_CLIENT_MODULE: client})
+
+
+def slurm_bridge_podgroup_crd() -> Path:
+    """The coscheduling PodGroup CRD (scheduling.x-k8s.io) of the scheduler-plugins module the
+    bridge is built with: the bridge turns such a group into one Slurm job, but a site
+    installs the CRD itself (the bridge's chart has none)."""
+    go_mod = (slurm_bridge_archive().unpacked() / "go.mod").read_text()
+    version = required_version(go_mod, SCHEDULER_PLUGINS_MODULE)
+    if version is None:
+        raise LabError(
+            f"slurm-bridge {SLURM_BRIDGE_VERSION}'s go.mod requires no {SCHEDULER_PLUGINS_MODULE}"
+        )
+    module_dir = Path(go_mod_download(f"{SCHEDULER_PLUGINS_MODULE}@{version}")["Dir"])
+    return module_dir / "manifests/coscheduling/crd.yaml"
 
 
 def slurm_bridge_chart() -> Path:

@@ -887,7 +887,8 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     bin/ links kind, kubectl and helm; charts/ the Slinky charts packaged from the operator's
     tree (the release of the operator image), KEDA's and, when its sources are here,
     cert-manager's and slurm-bridge's (then cert-manager-version and
-    slurm-bridge-version name their releases); prometheus-operator/ the
+    slurm-bridge-version name their releases, and podgroup-crd.json is the PodGroup CRD of
+    the scheduler-plugins module the bridge is built with); prometheus-operator/ the
     Prometheus operator's CRDs and RBAC, and monitoring.json its images and Prometheus';
     load-images.txt the images `kind load` puts on every node, load-images-services.txt those
     it puts on the services node alone, load-images-bridge.txt those it puts on the bridge's
@@ -916,10 +917,15 @@ def stage_checkout(refs: dict[str, str]) -> Path:
             f"no cert-manager in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}"
         )
     bridge = CHECKOUT_DIR / "slurm-bridge-version"
+    podgroup_crd = CHECKOUT_DIR / "podgroup-crd.json"
     if "slurm-bridge" in charts:
         bridge.write_text(k8s_binaries.SLURM_BRIDGE_VERSION.lstrip("v") + "\n")
+        podgroup_crd.write_text(
+            json.dumps(manifest_as_json(k8s_binaries.slurm_bridge_podgroup_crd()))
+        )
     else:
         bridge.unlink(missing_ok=True)
+        podgroup_crd.unlink(missing_ok=True)
         log(
             f"no slurm-bridge in kind: its release sources are not in {k8s_binaries.SHARED_SOURCES}"
         )
