@@ -629,7 +629,7 @@ def test_a_changed_setting_reaches_the_running_slurmctld(
             run = run_playbook(SITE, LAB_INVENTORY, extra_vars=changed)
         assert not run.failed, run.failures()
         assert webhook.revisions_refused > 0, "the webhook never refused the upgrade"
-        (install,) = run.task_results("Install the Slurm cluster")
+        (install,) = run.task_results("hpcops.slinky.slurm_cluster : Install the Slurm cluster")
         assert install["attempts"] >= 2, install
         assert run.changed > 0
         wait_until(lambda: backfill_grace() == 45, SLURM_DEADLINE_S, "GraceTime=45 in slurmctld")
