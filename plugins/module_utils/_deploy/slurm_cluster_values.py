@@ -253,7 +253,7 @@ class Node:
             labels=labels,
             gpus=gpus,
             cpus=quantity(allocatable.get("cpu"), 1e-3) // 1000,
-            memory_mib=quantity(allocatable.get("memory"), 2**20),
+            memory_mib=whole_mib(allocatable.get("memory")),
         )
 
     def matches(self, selector: Mapping[str, str]) -> bool:
@@ -372,6 +372,14 @@ def _pool_members(
     return selector, str(mode), members
 
 
+def whole_mib(memory: t.Any) -> int:
+    """A memory quantity in whole MiB, rounded down as slurmd counts its RealMemory: rounded
+    to the nearest (24684092Ki: 24106 rather than 24105), DefMemPerCPU times the node's CPUs
+    came to 1 MiB more than the node has, and Slurm refused every whole-node job that gave no
+    --mem ("Requested node configuration is not available")."""
+    return quantity(memory) // 2**20
+
+
 def default_mem_per_cpu(pool_name: str, pool: Mapping[str, t.Any], nodes: Sequence[Node]) -> int:
     """A pool's default memory per CPU (MiB): its own setting, or what its smallest node has.
 
@@ -393,7 +401,7 @@ def default_mem_per_cpu(pool_name: str, pool: Mapping[str, t.Any], nodes: Sequen
     )
     if limits.get("cpu") and limits.get("memory"):
         cpus = quantity(limits["cpu"], 1e-3) // 1000
-        memory = quantity(limits["memory"], 2**20)
+        memory = whole_mib(limits["memory"])
         return memory // cpus if cpus > 0 else 0
     per_node = [n.memory_mib // n.cpus for n in nodes if n.cpus > 0 and n.memory_mib > 0]
     return min(per_node, default=0)

@@ -723,6 +723,25 @@ def test_jobs_without_mem_get_a_share_of_the_node_per_cpu() -> None:
         )
 
 
+def test_the_memory_per_cpu_times_the_cpus_fits_what_slurmd_registers() -> None:
+    # A kind worker on this machine: 24684092Ki is 24105.55 MiB, which slurmd registers as
+    # RealMemory=24105. 12053 per CPU (from 24106) made Slurm refuse every whole-node job
+    # that gave no --mem: "Requested node configuration is not available".
+    nodes = [sized("hpc01", "slurm", "2", "24684092Ki"), sized("int01", "interactive", "2", "24Gi")]
+    per_cpu = int(build_values(LINE_12, nodes)["partitions"]["batch"]["configMap"]["DefMemPerCPU"])
+    assert per_cpu == 12052
+    assert per_cpu * 2 <= 24684092 // 1024
+    pools = {
+        **SETTINGS["pools"],
+        "hpc": {
+            **SETTINGS["pools"]["hpc"],
+            "values": {"slurmd": {"resources": {"limits": {"cpu": "3", "memory": "3000001Ki"}}}},
+        },
+    }
+    limited = build_values({**LINE_12, "pools": pools}, nodes)["partitions"]["batch"]
+    assert limited["configMap"]["DefMemPerCPU"] == str(3000001 // 1024 // 3)  # 976, not 977
+
+
 def test_priority_tier_zero_reaches_slurm_conf() -> None:
     # The chart drops falsy values (`if $val`): an int 0 never became PriorityTier=0.
     values = build_values(
