@@ -31,7 +31,7 @@ import re
 import typing as t
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model import (
     EscalationPolicy,
@@ -74,7 +74,8 @@ class Shape:
         return Shape(self.cpu_m - need.cpu_m, self.memory_b - need.memory_b, self.gpus - need.gpus)
 
     def describe(self) -> str:
-        text = f"{self.cpu_m / 1000:g} CPUs, {self.memory_b / MIB:.0f} MiB"
+        # Whole MiB rounded down, as slurmd registers RealMemory (and as short_of says).
+        text = f"{self.cpu_m / 1000:g} CPUs, {self.memory_b // MIB} MiB"
         return text + (f", {self.gpus} GPUs" if self.gpus else "")
 
     def short_of(self, need: Shape) -> list[str]:
@@ -132,20 +133,13 @@ class SlurmdLimits:
 
     def offer(self, allocatable: Shape) -> Shape:
         """What Slurm gets of a node of `allocatable`: the limits, within the node."""
-        whole_mib = registered_memory(allocatable)
         return Shape(
             min(self.cpus * 1000, allocatable.cpu_m) if self.cpus else allocatable.cpu_m,
-            min(self.memory_mib * MIB, whole_mib.memory_b)
+            min(self.memory_mib * MIB, allocatable.memory_b)
             if self.memory_mib
-            else whole_mib.memory_b,
+            else allocatable.memory_b,
             min(self.gpus, allocatable.gpus) if self.gpus is not None else allocatable.gpus,
         )
-
-
-def registered_memory(allocatable: Shape) -> Shape:
-    """The node's memory as slurmd registers it, whole MiB rounded down (RealMemory): a job
-    asking for the odd part of a MiB more does not fit, whatever the Node says."""
-    return replace(allocatable, memory_b=allocatable.memory_b // MIB * MIB)
 
 
 @dataclass(frozen=True)
@@ -170,11 +164,7 @@ class SlurmQueue:
         if lent and name in self.registered:
             return self.registered[name]
         offers = [limits.offer(allocatable) for limits in self.slurmd if limits.selects(labels)]
-        return min(
-            offers,
-            key=lambda s: (s.cpu_m, s.memory_b, s.gpus),
-            default=registered_memory(allocatable),
-        )
+        return min(offers, key=lambda s: (s.cpu_m, s.memory_b, s.gpus), default=allocatable)
 
 
 @dataclass

@@ -735,11 +735,11 @@ def test_the_memory_per_cpu_times_the_cpus_fits_what_slurmd_registers() -> None:
         **SETTINGS["pools"],
         "hpc": {
             **SETTINGS["pools"]["hpc"],
-            "values": {"slurmd": {"resources": {"limits": {"cpu": "3", "memory": "3000001Ki"}}}},
+            "values": {"slurmd": {"resources": {"limits": {"cpu": "1", "memory": "2097752Ki"}}}},
         },
     }
     limited = build_values({**LINE_12, "pools": pools}, nodes)["partitions"]["batch"]
-    assert limited["configMap"]["DefMemPerCPU"] == str(3000001 // 1024 // 3)  # 976, not 977
+    assert limited["configMap"]["DefMemPerCPU"] == "2048"  # 2048.59 MiB on 1 CPU, not 2049
 
 
 def test_priority_tier_zero_reaches_slurm_conf() -> None:
