@@ -330,7 +330,15 @@ class Cleanup:
 
 
 def running(pod: dict[str, t.Any]) -> bool:
-    return pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+    """Whether a container of the pod may still run: its kubelet has not written a terminal
+    phase and reports a container (a sidecar too) running. Terminating is still running."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    containers = (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    )
+    return any("running" in (container.get("state") or {}) for container in containers)
 
 
 def pod_hung(pod: dict[str, t.Any]) -> bool:

@@ -170,3 +170,28 @@ def test_a_failed_case_is_a_row_with_its_reason_and_the_report_still_prints(caps
     assert "events: pod created to Running: p95 - s, target 5 s: not run" in out
     assert "protocol: busy node, 10 s grace: p95 - s, target 13 s: not run" in out
     assert "overlaps, target 0): recipe 1, idle 0" in out
+
+
+def test_a_slurmd_pod_counts_as_running_until_its_kubelet_says_every_container_stopped() -> None:
+    """The overlap check: a terminating pod whose containers still run is running; one in a
+    terminal phase, or whose containers (sidecar too) all stopped, is not."""
+
+    def slurmd(phase: str, main: str, sidecar: str, *, deleting: bool = False) -> dict[str, t.Any]:
+        meta: dict[str, t.Any] = {"name": "slurm-worker-x"}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-11-30T04:00:00Z"
+        return {
+            "metadata": meta,
+            "status": {
+                "phase": phase,
+                "initContainerStatuses": [{"name": "logfile", "state": {sidecar: {}}}],
+                "containerStatuses": [{"name": "slurmd", "state": {main: {}}}],
+            },
+        }
+
+    assert bench.running(slurmd("Running", "running", "running"))
+    assert bench.running(slurmd("Running", "running", "running", deleting=True))
+    assert bench.running(slurmd("Running", "terminated", "running", deleting=True))
+    assert not bench.running(slurmd("Running", "terminated", "terminated", deleting=True))
+    assert not bench.running(slurmd("Failed", "terminated", "terminated", deleting=True))
+    assert not bench.running(slurmd("Pending", "waiting", "waiting"))
