@@ -19,8 +19,9 @@ Known pods (by the last path element of a container image's repository):
   kwok's), in the Slurm pods' chroot on the host network with the pod's volumes where its
   container mounts them, its service account's token where in-cluster clients look, and
   ``SLURM_JWT`` from the pod's Secret; their ports moved off those of the lab's own
-  kube-scheduler.  (The admission webhook is not run: the apiserver would reach it through a
-  Service, and the lab has no kube-proxy.)
+  kube-scheduler; only the chart's pods (their container mounts the bridge's configuration),
+  not a test's stand-ins.  (The admission webhook is not run: the apiserver would reach it
+  through a Service, and the lab has no kube-proxy.)
 * ``slurmctld``, ``slurmrestd``, ``slurmd``: the real Slurm 26.05 daemons, see
   ``slurm_pods.py`` (their volumes, network namespaces and hostnames).  kwok leaves a slurmd
   pod not Ready (``k8s_lab.pod_stages``); the runner marks it Ready once slurmd answers the
@@ -91,6 +92,7 @@ BRIDGE_PROGRAMS = {
     "slurm-bridge-controllers": ("--health-probe-bind-address", "127.0.0.1:16485"),
 }
 BRIDGE_BIN_DIR = "/opt/hpcops-lab/bin"  # where the lab's binaries are mounted in the chroot
+BRIDGE_CONFIG_DIR = "/etc/slurm-bridge"  # where the chart mounts the bridge's configuration
 # Where in-cluster clients read their token (/var/run/secrets/...): the chroot's /var/run is
 # a link to /run, which a mount must name itself (mounts are made from outside the chroot).
 SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
@@ -240,6 +242,11 @@ class PodRunner:
         binary = k8s_binaries.BINARIES.get(program)
         if binary is None or not binary.path.exists():
             return None
+        if not any(
+            m["mountPath"].rstrip("/") == BRIDGE_CONFIG_DIR
+            for m in container.get("volumeMounts", [])
+        ):
+            return None  # not the chart's pod (a test's stand-in): nothing to run it with
         meta = pod["metadata"]
         namespace = meta["namespace"]
         workdir = self.pod_dir / meta["uid"]
