@@ -48,7 +48,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     registration,
     slurm_drained,
     slurm_node_name,
-    slurmd_stopped,
     transition,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.views import node_view
@@ -668,6 +667,9 @@ class Handover:
             self._transition(name, lambda current: node_patch(current, self.markers, label=False))
             self._record_step(outcome, Step.UNLABEL, "", f"label {self.markers.lend_label} removed")
 
+        def slurmd_gone(pods: list[JSON]) -> bool:
+            return not [pod for pod in pods if is_slurmd_pod(pod)]
+
         # The Slurm node is drained and idle and no NodeSet selects the node any more, so the
         # pod goes now: the operator would delete it too, but only after its next look at
         # Slurm (2 to 7 s in kind). A pod it re-creates from a view that still has the label
@@ -680,12 +682,10 @@ class Handover:
         # SIGTERM held its pod for the whole termination grace (30 s, measured in kind). Those
         # processes belong to no job any more: they go with the pod.
         grace_s = self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
-        # Watched, not polled: the application waits for exactly this moment. The kubelet's
-        # terminal phase is that moment (every container and the sandbox stopped); the
-        # object itself goes after the kubelet's clean-up of volumes and cgroups.
-        if not self.kube.await_pods_on(name, slurmd_stopped, grace_s + self.settings.pod_timeout_s):
+        # Watched, not polled: the application waits for exactly this moment.
+        if not self.kube.await_pods_on(name, slurmd_gone, grace_s + self.settings.pod_timeout_s):
             raise StepFailed(
-                f"the slurmd pod on {name} still runs {grace_s + self.settings.pod_timeout_s:g} s "
+                f"the slurmd pod on {name} is still there {grace_s + self.settings.pod_timeout_s:g} s "
                 f"after it was deleted (its termination grace {grace_s:g} s and pod_timeout_s)"
             )
         self._record_step(outcome, Step.POD_GONE)

@@ -38,7 +38,6 @@ JSON = dict[str, t.Any]
 
 # The label the Slinky operator puts on a NodeSet pod: the Slurm node name it registers.
 SLURM_NODE_NAME_LABEL = "nodeset.slinky.slurm.net/pod-hostname"
-TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -232,19 +231,6 @@ def named_node_refusals(
 
 def is_slurmd_pod(pod: Mapping[str, t.Any]) -> bool:
     return pod_view(pod).slurmd
-
-
-def slurmd_stopped(pods: Sequence[Mapping[str, t.Any]]) -> bool:
-    """No slurmd pod runs anything on the node: each is gone or in a terminal phase.
-
-    A kubelet writes Succeeded or Failed only once its runtime reports every container and
-    the sandbox stopped, and no pod leaves a terminal phase (the apiserver refuses it). The
-    scheduler and the kubelet's admission stop counting such a pod there and then; its
-    object goes a moment later, after the kubelet's clean-up (volumes, cgroups).
-    """
-    return not [
-        pod for pod in pods if is_slurmd_pod(pod) and pod_view(pod).phase not in TERMINAL_POD_PHASES
-    ]
 
 
 def application_pods(pods: Sequence[Mapping[str, t.Any]], policy: Policy) -> list[str]:

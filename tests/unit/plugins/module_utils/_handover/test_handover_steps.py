@@ -35,7 +35,6 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     registration,
     slurm_drained,
     slurm_node_name,
-    slurmd_stopped,
     transition,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._slurm.rest import (
@@ -203,19 +202,6 @@ def test_application_pods_leave_out_slurmd_daemonsets_system_and_finished_pods()
         pod("waiting", phase="Pending"),
     ]
     assert application_pods(pods, POLICY) == ["apps/notebook", "apps/waiting"]
-
-
-def test_slurmd_has_stopped_once_its_pod_is_gone_or_terminal() -> None:
-    # A terminating pod (deletionTimestamp, phase still Running) may run slurmd yet.
-    terminating = pod("slurm-worker-int01", owner="NodeSet", namespace="slurm")
-    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T03:00:00Z"
-    assert not slurmd_stopped([pod("notebook"), terminating])
-    assert not slurmd_stopped([pod("slurmd", owner="NodeSet", namespace="slurm", phase="Pending")])
-    for phase in ("Succeeded", "Failed"):
-        assert slurmd_stopped([pod("slurmd", owner="NodeSet", namespace="slurm", phase=phase)])
-    # Application pods are not slurmd's, whatever their phase.
-    assert slurmd_stopped([pod("notebook"), pod("waiting", phase="Pending")])
-    assert slurmd_stopped([])
 
 
 def test_slurm_node_name_comes_from_the_operator_label() -> None:
