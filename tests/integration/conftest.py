@@ -131,7 +131,9 @@ EARLY_MODULES = (
 # it end them: they need the older operator, whose build (about 2 minutes cold) then goes on
 # while the other modules run, and they begin with a fresh lab of their own.
 FIRST_KUBERNETES_MODULES = ("test_k8s_lab.py",)
-LAST_KUBERNETES_MODULES = ("test_slinky_upgrade.py",)
+# slurm-bridge's module adds nodes, a partition and the bridge, and takes them away again;
+# late, its builds (also the kind images') are done by then.
+LAST_KUBERNETES_MODULES = ("test_bridge_lab.py", "test_slinky_upgrade.py")
 KIND_PREPARE_LOG = Path(__file__).resolve().parents[2] / ".kind" / "prepare.log"
 INTEGRATION_DIR = Path(__file__).resolve().parent
 

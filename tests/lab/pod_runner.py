@@ -14,6 +14,14 @@ Known pods (by the last path element of a container image's repository):
   of the pod's service account (so the chart's RBAC is what the operator gets).  ``DEBUG=1``
   makes the operator reach slurmrestd at ``http://localhost:6820`` instead of a Service
   name that only cluster DNS resolves.
+* ``slurm-bridge-scheduler``, ``slurm-bridge-controllers``: slurm-bridge's real programs
+  from ``k8s_binaries.py`` (built from ``../shared/sources``; without them such pods stay
+  kwok's), in the Slurm pods' chroot on the host network with the pod's volumes where its
+  container mounts them, its service account's token where in-cluster clients look, and
+  ``SLURM_JWT`` from the pod's Secret; their ports moved off those of the lab's own
+  kube-scheduler; only the chart's pods (their container mounts the bridge's configuration),
+  not a test's stand-ins.  (The admission webhook is not run: the apiserver would reach it
+  through a Service, and the lab has no kube-proxy.)
 * ``slurmctld``, ``slurmrestd``, ``slurmd``: the real Slurm 26.05 daemons, see
   ``slurm_pods.py`` (their volumes, network namespaces and hostnames).  kwok leaves a slurmd
   pod not Ready (``k8s_lab.pod_stages``); the runner marks it Ready once slurmd answers the
@@ -51,7 +59,7 @@ from typing import Any
 
 import k8s_binaries
 from slurm_pods import SlinkyCluster, SlurmPod, describe, image_name, image_tag
-from toolbox import LabError
+from toolbox import LabError, Mount, chroot_setup
 
 # The longest wait between two looks when no pod changes (a change wakes the runner at
 # once). What it then notices late: a program that exited (restarted up to this much later;
@@ -77,6 +85,17 @@ TOKEN_LIFETIME_S = 24 * 3600
 # Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
 OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
 OPERATOR_METRICS_ADDR = "127.0.0.1:16482"
+# slurm-bridge's programs the runner runs (the image's last path element), and the flags
+# that move their listeners off the host ports the lab's kube-scheduler and others hold.
+BRIDGE_PROGRAMS = {
+    "slurm-bridge-scheduler": ("--secure-port", "16484"),
+    "slurm-bridge-controllers": ("--health-probe-bind-address", "127.0.0.1:16485"),
+}
+BRIDGE_BIN_DIR = "/opt/hpcops-lab/bin"  # where the lab's binaries are mounted in the chroot
+BRIDGE_CONFIG_DIR = "/etc/slurm-bridge"  # where the chart mounts the bridge's configuration
+# Where in-cluster clients read their token (/var/run/secrets/...): the chroot's /var/run is
+# a link to /run, which a mount must name itself (mounts are made from outside the chroot).
+SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 # The pods a kubelet runs: those bound to a node, in phase Running.
 RUNNING_SELECTOR = "fieldSelector=status.phase%3DRunning"
 # slurmd's port when its container names none (Slurm's default SlurmdPort).
@@ -141,6 +160,17 @@ class RunningPod:
     ready_url: str | None = None
     ready: bool = False
     probe: ReadinessProbe | None = None
+    # A program run in a chroot with mounts of its own (slurm-bridge's); Slurm pods carry
+    # theirs in `slurm`.
+    root: Path | None = None
+    mounts: list[Mount] = field(default_factory=list)
+
+    def preexec(self) -> Any:
+        if self.slurm is not None:
+            return self.slurm.preexec()
+        if self.root is not None:
+            return chroot_setup(self.root, mounts=self.mounts)
+        return None
 
 
 class PodRunner:
@@ -160,6 +190,8 @@ class PodRunner:
         containers = pod["spec"].get("containers", [])
         if len(containers) == 1 and image_name(containers[0].get("image", "")) == "slurm-operator":
             return self.operator_spec(pod, containers[0])
+        if len(containers) == 1 and image_name(containers[0].get("image", "")) in BRIDGE_PROGRAMS:
+            return self.bridge_spec(pod, containers[0])
         slurm = self.slinky.spec_for(pod)
         if slurm is None:
             return None
@@ -202,6 +234,77 @@ class PodRunner:
             cwd=workdir,
             files=[kubeconfig],
         )
+
+    def bridge_spec(self, pod: dict[str, Any], container: dict[str, Any]) -> RunningPod | None:
+        """slurm-bridge's scheduler or controllers, as their container runs them; None (kwok's
+        pod) when the lab has no build of the bridge."""
+        program = image_name(container["image"])
+        binary = k8s_binaries.BINARIES.get(program)
+        if binary is None or not binary.path.exists():
+            return None
+        if not any(
+            m["mountPath"].rstrip("/") == BRIDGE_CONFIG_DIR
+            for m in container.get("volumeMounts", [])
+        ):
+            return None  # not the chart's pod (a test's stand-in): nothing to run it with
+        meta = pod["metadata"]
+        namespace = meta["namespace"]
+        workdir = self.pod_dir / meta["uid"]
+        self.slinky.prepare()
+        self.slinky.materialize(pod, workdir, (0, 0))
+        account = workdir / "serviceaccount"
+        account.mkdir(parents=True, exist_ok=True)
+        token = account / "token"
+        token.touch(mode=0o600)
+        token.write_text(
+            self.service_account_token(namespace, pod["spec"].get("serviceAccountName", "default"))
+        )
+        (account / "ca.crt").write_bytes(self.lab.ca_path.read_bytes())
+        (account / "namespace").write_text(namespace)
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/tmp",
+            "LC_ALL": "C",
+            # In-cluster clients (client-go's rest.InClusterConfig) find the apiserver here.
+            "KUBERNETES_SERVICE_HOST": urllib.parse.urlsplit(self.lab.url).hostname or "",
+            "KUBERNETES_SERVICE_PORT": str(urllib.parse.urlsplit(self.lab.url).port),
+        }
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            elif "secretKeyRef" in item.get("valueFrom", {}):
+                ref = item["valueFrom"]["secretKeyRef"]
+                data = self.slinky.object_data("secret", namespace, ref["name"]) or {}
+                if ref["key"] not in data:
+                    raise LabError(f"secret {namespace}/{ref['name']} has no {ref['key']} yet")
+                env[item["name"]] = data[ref["key"]].decode()
+        flag, value = BRIDGE_PROGRAMS[program]
+        args = replace_flag(list(container.get("args", [])), flag, value)
+        mounts = [
+            Mount(target="/proc", fstype="proc"),
+            Mount(target="/tmp", source=str(self.scratch(workdir))),
+            Mount(target="/etc/hosts", source=str(self.slinky.hosts_path), read_only=True),
+            Mount(target=BRIDGE_BIN_DIR, source=str(binary.path.parent), read_only=True),
+            Mount(target=SERVICE_ACCOUNT_DIR, source=str(account), read_only=True),
+            *self.slinky.volume_mounts(container, workdir),
+        ]
+        return RunningPod(
+            uid=meta["uid"],
+            name=f"{namespace}/{meta['name']}",
+            argv=[f"{BRIDGE_BIN_DIR}/{binary.path.name}", *args],
+            env=env,
+            log_path=self.log_dir / f"{namespace}_{meta['name']}.log",
+            files=[token],
+            root=self.slinky.root,
+            mounts=mounts,
+        )
+
+    @staticmethod
+    def scratch(workdir: Path) -> Path:
+        path = workdir / "tmp"
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o1777)
+        return path
 
     def service_account_token(self, namespace: str, account: str) -> str:
         status, body = self.lab.request(
@@ -417,7 +520,7 @@ class PodRunner:
                 cwd=pod.cwd,
                 start_new_session=True,
                 # The runner has no threads, so a preexec function is safe here.
-                preexec_fn=pod.slurm.preexec() if pod.slurm else None,  # noqa: PLW1509
+                preexec_fn=pod.preexec(),  # noqa: PLW1509
             )
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
         log(f"started {pod.name} as pid {pod.process.pid}: {what} (restarts: {pod.restarts})")

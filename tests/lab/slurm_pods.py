@@ -542,6 +542,12 @@ class SlinkyCluster:
                 plugins += ",openapi/slurmdbd"
             argv = ["slurmrestd", "-a", "rest_auth/jwt", "-s", plugins, REST_ADDRESS]
             ids = owner
+            # Its Service's names lead to the host's loopback, where it listens: what the lab
+            # runs on the host network (slurm-bridge) reaches it by them, as through cluster DNS.
+            self.addresses[meta["uid"]] = (
+                REST_ADDRESS.split(":", maxsplit=1)[0],
+                {**labels, "__hostname": hostname, "__fqdn": ""},
+            )
         else:
             netns, address = self.new_netns()
             subdomain = pod["spec"].get("subdomain")
