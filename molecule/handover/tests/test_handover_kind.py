@@ -185,8 +185,14 @@ def slurmd_pods(name: str) -> list[dict[str, Any]]:
     ]
 
 
+def live_slurmd_pods(name: str) -> list[dict[str, Any]]:
+    """The slurmd pods on a node that may still run something: a pod in a terminal phase
+    (every container and the sandbox stopped) holds nothing while its kubelet cleans up."""
+    return [p for p in slurmd_pods(name) if p["status"].get("phase") not in ("Succeeded", "Failed")]
+
+
 def slurmd_running(name: str) -> bool:
-    pods = slurmd_pods(name)
+    pods = live_slurmd_pods(name)
     return bool(pods) and all(
         not p["metadata"].get("deletionTimestamp")
         and any(
@@ -239,7 +245,7 @@ def assert_clean(name: str) -> None:
     """No stray taint, label, journal, slurmd pod or Slurm node on a node given back."""
     assert marks(name) == (False, False), f"{name}: label, taint {marks(name)}"
     assert journal(name)["state"] == "free", journal(name)
-    assert not slurmd_pods(name), [p["metadata"]["name"] for p in slurmd_pods(name)]
+    assert not live_slurmd_pods(name), [p["metadata"]["name"] for p in live_slurmd_pods(name)]
     assert name not in slurm_nodes(), slurm_nodes()[name]
 
 
@@ -465,9 +471,9 @@ def test_a_reclaim_stopped_once_the_pod_is_gone_leaves_the_taint_until_resumed(
     lent_with_a_waiting_notebook(first, tmp_path)
     crashed = playbook("reclaim", tmp_path, nodes=[first], fault="reclaim:pod_gone")
     assert_stopped(crashed)
-    # The step ends only when the kubelet has stopped the container and the pod object is
-    # gone (a Terminating pod still holds the node): the taint is still on.
-    assert not slurmd_pods(first), [p["metadata"] for p in slurmd_pods(first)]
+    # The step ends only when the kubelet has stopped every container and the sandbox (a
+    # Terminating pod still holds the node): the taint is still on.
+    assert not live_slurmd_pods(first), [p["metadata"] for p in live_slurmd_pods(first)]
     assert marks(first) == (False, True)
     # slurmd's preStop hook ran while the container stopped. Slinky 1.1's marks the Slurm
     # node DOWN and deletes it; 1.2's only marks it DOWN, and the record waits for the

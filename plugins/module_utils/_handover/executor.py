@@ -46,6 +46,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     node_patch,
     pool_refusal,
     registration,
+    runs_slurmd,
     slurm_drained,
     slurm_node_name,
     transition,
@@ -265,7 +266,7 @@ class Handover:
             # A Node that came back is the handover's again once it is lent (or on its way).
             if journal_of(node, self.markers).state != JournalState.FREE:
                 raise Skipped("it is lent, or on its way there or back: the handover owns it")
-            if any(is_slurmd_pod(pod) for pod in self.kube.pods_on(name)):
+            if any(runs_slurmd(pod) for pod in self.kube.pods_on(name)):
                 raise Skipped("slurmd runs on its Kubernetes Node again")
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         slurm_node = self.slurm.node(name)
@@ -366,7 +367,7 @@ class Handover:
                 name, lambda current: node_patch(current, self.markers, label=True)
             )
             self._record_step(outcome, Step.LABEL, "", f"label {self.markers.lend_label}")
-        if not any(is_slurmd_pod(pod) for pod in pods):
+        if not any(runs_slurmd(pod) for pod in pods):
             try:
                 self.kube.nudge_nodesets(
                     self.markers.lend_label,
@@ -425,7 +426,7 @@ class Handover:
         """(Slurm node name, registration, Slurm's reason) once slurmd registered or was
         refused; None while it is still on its way."""
         pods = self.kube.pods_on(name)
-        if not any(is_slurmd_pod(pod) for pod in pods):
+        if not any(runs_slurmd(pod) for pod in pods):
             return None  # a Slurm node of that name without a slurmd pod is a leftover
         slurm_name = slurm_node_name(name, pods)
         slurm_node = self.slurm.node(slurm_name)
@@ -444,7 +445,7 @@ class Handover:
         marked = (
             has_label(node, self.markers)
             or has_taint(node, self.markers)
-            or any(is_slurmd_pod(pod) for pod in pods)
+            or any(runs_slurmd(pod) for pod in pods)
         )
         if journal.state == JournalState.FREE and not marked:
             # Refused as lend refuses it: a node the pool does not hold was never ours.
@@ -522,7 +523,16 @@ class Handover:
         drained = self._wait(
             lambda: self._drained_and_idle(slurm_name, outcome), max(deadline - self.clock(), 0.0)
         )
-        if not drained and not self._escalate(slurm_name, outcome):
+
+        def stop_slurmd() -> None:
+            # slurmctld has requeued or ended every job of the DOWN node and waits for
+            # nothing from it, but signals none of their processes there: they stop with the
+            # slurmd pod, which therefore goes now, while Slurm takes the jobs off the node
+            # (up to 2 s in kind), not after it (then the kubelet's kill, up to 3 s more).
+            self._unlabel(name, outcome)
+            self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
+
+        if not drained and not self._escalate(slurm_name, outcome, on_down=stop_slurmd):
             return
         self._record_step(outcome, Step.DRAINED)
         self._give_back(name, slurm_name, outcome)
@@ -611,8 +621,11 @@ class Handover:
             slurm_node = self.slurm.node(slurm_name)
         return slurm_drained(slurm_node)
 
-    def _escalate(self, slurm_name: str, outcome: Outcome) -> bool:
-        """Apply the policy at the deadline; False when the node stays blocked."""
+    def _escalate(
+        self, slurm_name: str, outcome: Outcome, on_down: Callable[[], None] | None = None
+    ) -> bool:
+        """Apply the policy at the deadline; False when the node stays blocked. `on_down`
+        runs once the node is DOWN, before the wait for Slurm to take its jobs off it."""
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         jobs = [
             job
@@ -651,6 +664,8 @@ class Handover:
             )
             self._event(outcome, "Blocked", outcome.message, warning=True)
             return False
+        if decided.down and on_down is not None:
+            on_down()
         if not self._wait(
             lambda: self._drained_and_idle(slurm_name, outcome), self.settings.pod_timeout_s
         ):
@@ -662,13 +677,10 @@ class Handover:
 
     def _give_back(self, name: str, slurm_name: str, outcome: Outcome) -> None:
         """Reclaim steps 5 to 8: label off, slurmd pod gone, Slurm record gone, taint off."""
-        node = self._read_node(name)
-        if has_label(node, self.markers):
-            self._transition(name, lambda current: node_patch(current, self.markers, label=False))
-            self._record_step(outcome, Step.UNLABEL, "", f"label {self.markers.lend_label} removed")
+        self._unlabel(name, outcome)
 
-        def slurmd_gone(pods: list[JSON]) -> bool:
-            return not [pod for pod in pods if is_slurmd_pod(pod)]
+        def slurmd_stopped(pods: list[JSON]) -> bool:
+            return not any(runs_slurmd(pod) for pod in pods)
 
         # The Slurm node is drained and idle and no NodeSet selects the node any more, so the
         # pod goes now: the operator would delete it too, but only after its next look at
@@ -682,10 +694,12 @@ class Handover:
         # SIGTERM held its pod for the whole termination grace (30 s, measured in kind). Those
         # processes belong to no job any more: they go with the pod.
         grace_s = self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
-        # Watched, not polled: the application waits for exactly this moment.
-        if not self.kube.await_pods_on(name, slurmd_gone, grace_s + self.settings.pod_timeout_s):
+        # Watched, not polled: the application waits for exactly this moment, the kubelet's
+        # terminal phase (every container and the sandbox stopped), not the object's deletion
+        # after the kubelet's clean-up (0.5 to 1 s more in kind).
+        if not self.kube.await_pods_on(name, slurmd_stopped, grace_s + self.settings.pod_timeout_s):
             raise StepFailed(
-                f"the slurmd pod on {name} is still there {grace_s + self.settings.pod_timeout_s:g} s "
+                f"the slurmd pod on {name} still runs {grace_s + self.settings.pod_timeout_s:g} s "
                 f"after it was deleted (its termination grace {grace_s:g} s and pod_timeout_s)"
             )
         self._record_step(outcome, Step.POD_GONE)
@@ -700,6 +714,12 @@ class Handover:
             self._record_step(outcome, Step.SLURM_REMOVED, "", f"Slurm node {slurm_name} deleted")
         self._set_free(name, outcome, "", reclaimed=True)
         outcome.result = HandoverResult.FREE
+
+    def _unlabel(self, name: str, outcome: Outcome) -> None:
+        """No NodeSet selects the node any more, so no slurmd pod comes back to it."""
+        if has_label(self._read_node(name), self.markers):
+            self._transition(name, lambda current: node_patch(current, self.markers, label=False))
+            self._record_step(outcome, Step.UNLABEL, "", f"label {self.markers.lend_label} removed")
 
     def _delete_slurmd_pods(self, name: str, grace_period_s: int | None = None) -> float:
         """Delete the node's slurmd pods, with their own termination grace or the one given

@@ -612,7 +612,7 @@ def status_rows(
             app_pods[pod.node] = app_pods.get(pod.node, 0) + 1
     reconciled = reconciled or {}
     markers = markers or HandoverMarkers()
-    with_slurmd = {pod.node for pod in pods if pod.slurmd and pod.node}
+    with_slurmd = {pod.node for pod in pods if pod.live_slurmd and pod.node}
     rows = []
     for node in sorted(nodes, key=lambda n: n.name):
         item = reconciled.get(node.name)
@@ -727,7 +727,7 @@ def orphans(
     """
     features = frozenset(lendable_features)
     journals = {node.name: node.journal.state for node in nodes}
-    with_slurmd = {pod.node for pod in pods if pod.slurmd}
+    with_slurmd = {pod.node for pod in pods if pod.live_slurmd}
     found = []
     for name in sorted(slurm_nodes):
         slurm = slurm_nodes[name]

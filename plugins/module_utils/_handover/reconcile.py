@@ -232,7 +232,7 @@ def evidence_of(
         taint=(markers.taint_key, markers.taint_effect) in node.taints
         if marks_known
         else under_way,
-        slurmd=any(pod.slurmd for pod in pods),
+        slurmd=any(pod.live_slurmd for pod in pods),
         slurm=slurm_record(slurm, markers),
         jobs=tuple(job.job_id for job in slurm.jobs) if slurm else (),
         apps=tuple(apps),

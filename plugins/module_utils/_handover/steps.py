@@ -230,7 +230,13 @@ def named_node_refusals(
 
 
 def is_slurmd_pod(pod: Mapping[str, t.Any]) -> bool:
+    """A pod of a Slinky NodeSet, whatever its phase."""
     return pod_view(pod).slurmd
+
+
+def runs_slurmd(pod: Mapping[str, t.Any]) -> bool:
+    """A slurmd pod that holds its node: not yet stopped for good (views.TERMINAL_POD_PHASES)."""
+    return pod_view(pod).live_slurmd
 
 
 def application_pods(pods: Sequence[Mapping[str, t.Any]], policy: Policy) -> list[str]:

@@ -27,6 +27,10 @@ RUNNING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
 NODESET_KIND = "NodeSet"
 # The extended resource of NVIDIA's device plugin: a node's GPUs.
 GPU_RESOURCE = "nvidia.com/gpu"
+# A kubelet writes one of these once its runtime reports every container and the sandbox
+# stopped, and no pod leaves one; the object itself goes only after the kubelet's clean-up
+# (volumes, cgroups), which the scheduler and the kubelet's admission no longer wait for.
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,11 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     cpu_m: int = 0
     memory_b: int = 0
+
+    @property
+    def live_slurmd(self) -> bool:
+        """A slurmd pod that runs, or will: not yet in a terminal phase."""
+        return self.slurmd and self.phase not in TERMINAL_POD_PHASES
 
 
 @dataclass(frozen=True)

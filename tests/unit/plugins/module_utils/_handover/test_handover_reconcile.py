@@ -441,6 +441,25 @@ def test_reconcile_reads_each_nodes_evidence_and_counts_only_lendable_records() 
     )
 
 
+def test_a_stopped_slurmd_pod_that_lingers_after_a_reclaim_is_not_evidence() -> None:
+    """A reclaim ends at the kubelet's terminal phase; the pod object goes a moment later."""
+    given_back = a_node("int01")
+    stopped = dataclasses.replace(slurmd("int01"), phase="Succeeded")
+    assert reconcile([given_back], [stopped], {}, POLICY, MARKERS, ["interactive"]) == {}
+    rows = status_rows([given_back], [stopped], {}, POLICY, NOW)
+    assert rows[0]["slurmd"] is False, rows
+    # Still running (Terminating, or the operator's new one), it is what it says.
+    assert status_rows([given_back], [slurmd("int01")], {}, POLICY, NOW)[0]["slurmd"] is True
+    # A record of the pool's NodeSet beside it: served by slurmd while it runs, an orphan
+    # once it has stopped.
+    record = {"int01": SlurmNodeView("int01", features=frozenset({"interactive"}))}
+    assert (
+        reconcile([given_back], [slurmd("int01")], record, POLICY, MARKERS, ["interactive"]) == {}
+    )
+    found = reconcile([given_back], [stopped], record, POLICY, MARKERS, ["interactive"])
+    assert found["int01"].condition == Condition.ORPHAN_RECORD, found
+
+
 def test_without_the_nodes_marks_the_journal_stands_for_them() -> None:
     lent = a_node("int01", "lent")  # a view built without labels or taints
     assert reconcile([lent], [], {}, POLICY, MARKERS, marks_known=False) == {}

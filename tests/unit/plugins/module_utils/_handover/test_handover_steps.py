@@ -33,6 +33,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps impo
     node_patch,
     pool_refusal,
     registration,
+    runs_slurmd,
     slurm_drained,
     slurm_node_name,
     transition,
@@ -202,6 +203,22 @@ def test_application_pods_leave_out_slurmd_daemonsets_system_and_finished_pods()
         pod("waiting", phase="Pending"),
     ]
     assert application_pods(pods, POLICY) == ["apps/notebook", "apps/waiting"]
+
+
+def test_a_slurmd_pod_holds_its_node_until_its_kubelet_writes_a_terminal_phase() -> None:
+    # A terminating pod (deletionTimestamp, phase still Running) may run slurmd yet.
+    terminating = pod("slurm-worker-int01", owner="NodeSet", namespace="slurm")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T03:00:00Z"
+    assert runs_slurmd(terminating)
+    assert runs_slurmd(pod("slurmd", owner="NodeSet", namespace="slurm", phase="Pending"))
+    for phase in ("Succeeded", "Failed"):
+        assert not runs_slurmd(pod("slurmd", owner="NodeSet", namespace="slurm", phase=phase))
+    # Application pods are not slurmd's, whatever their phase.
+    assert not runs_slurmd(pod("notebook"))
+    # A stopped slurmd pod still names the Slurm node (a resumed reclaim deletes its record).
+    stopped = pod("slurm-worker-x", owner="NodeSet", namespace="slurm", phase="Succeeded")
+    stopped["metadata"]["labels"]["nodeset.slinky.slurm.net/pod-hostname"] = "int01-slurm"
+    assert slurm_node_name("int01", [stopped]) == "int01-slurm"
 
 
 def test_slurm_node_name_comes_from_the_operator_label() -> None:
