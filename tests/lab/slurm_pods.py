@@ -380,7 +380,10 @@ class SlinkyCluster:
     def write_hosts(self, services: list[dict[str, Any]]) -> None:
         """/etc/hosts for the pods: each pod by hostname and each Service selecting it."""
         lines = [Path("/etc/hosts").read_text().rstrip("\n"), "# hpcops lab: Slinky pods"]
-        for address, labels in sorted(self.addresses.values()):
+        # By address, then hostname: slurmrestd's pods all listen on the host's loopback, and
+        # during a rollout the old and the new one are both there.
+        entries = sorted(self.addresses.values(), key=lambda e: (e[0], e[1]["__hostname"]))
+        for address, labels in entries:
             names = [labels["__hostname"], *labels["__fqdn"].split()]
             for service in services:
                 selector = service["spec"].get("selector") or {}

@@ -696,7 +696,7 @@ class Handover:
         grace_s = self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
         # Watched, not polled: the application waits for exactly this moment, the kubelet's
         # terminal phase (every container and the sandbox stopped), not the object's deletion
-        # after the kubelet's clean-up (0.5 to 1 s more in kind).
+        # after the kubelet's clean-up (0.3 to 1 s more in kind).
         if not self.kube.await_pods_on(name, slurmd_stopped, grace_s + self.settings.pod_timeout_s):
             raise StepFailed(
                 f"the slurmd pod on {name} still runs {grace_s + self.settings.pod_timeout_s:g} s "
