@@ -124,6 +124,9 @@ class ChartLine:
     inplace_reconfigure: bool
     # Objects the chart enables unless told not to (1.1's default NodeSet and login set).
     chart_defaults_off: Mapping[str, t.Any]
+    # The operator's own preStop hook of the slurmd container (workerbuilder), run by
+    # lendable NodeSets in the background (slurm_cluster_lendable_prestop_in_background).
+    slurmd_prestop: str
 
 
 _NODESET_FIELDS_1_1: dict[str, t.Any] = {
@@ -166,6 +169,10 @@ CHART_LINES = {
             "loginsets": {"slinky": {"enabled": False}},
             "partitions": {"all": {"enabled": False}},
         },
+        slurmd_prestop=(
+            "scontrol update nodename=$(hostname) state=down reason='Pod is terminating' && "
+            "scontrol delete nodename=$(hostname);"
+        ),
     ),
     (1, 2): ChartLine(
         name="1.2",
@@ -179,6 +186,10 @@ CHART_LINES = {
         operator_writes_defaults=False,
         inplace_reconfigure=True,
         chart_defaults_off={},
+        slurmd_prestop=(
+            "scontrol update nodename=$(hostname) state=down "
+            "reason='slurm-operator: Pod is terminating';"
+        ),
     ),
 }
 
@@ -1112,6 +1123,22 @@ LOGFILE_COMMAND = (
 GRES_AUTODETECT = ("nvidia", "nvml", "rsmi", "oneapi", "off")
 
 
+def background_prestop(command: str) -> dict[str, t.Any]:
+    """slurmd's lifecycle with the operator's preStop command run in the background.
+
+    The kubelet sends SIGTERM only once a preStop hook has returned, and the operator's runs
+    scontrol to slurmctld first: an application waiting for a reclaimed node waits for it
+    too, although the reclaim has drained the node and deletes its record itself. In the
+    background (its output closed, or the exec would wait for it) the node is still marked
+    as the operator marks it, as long as the container lives: a slurmd with jobs holds its
+    pod for the whole grace; an idle one may stop first, and slurmctld then finds it gone
+    on its own.
+    """
+    return {
+        "preStop": {"exec": {"command": ["/usr/bin/sh", "-c", f"({command}) >/dev/null 2>&1 &"]}}
+    }
+
+
 def _conf_value(value: t.Any) -> t.Any:
     """A slurm.conf value as the chart must get it: it drops falsy values (an int 0 or
     False never reaches slurm.conf), so every scalar goes as a string."""
@@ -1208,13 +1235,18 @@ def _nodeset_values(
         tolerations.extend(hybrid_tolerations())
     if tolerations:
         pod_spec["tolerations"] = tolerations
+    slurmd: dict[str, t.Any] = {"image": dict(slurmd_image)}
+    if pool.get("kind") == "lendable" and bool(
+        settings.get("lendable_prestop_in_background", True)
+    ):
+        slurmd["lifecycle"] = background_prestop(line.slurmd_prestop)
     nodeset = merged(
         merged(line.nodeset_base, nodeset_defaults),
         {
             "enabled": True,
             "scalingMode": plan.scaling_mode,
             "replicas": len(plan.nodes) if plan.scaling_mode == "StatefulSet" else 0,
-            "slurmd": {"image": dict(slurmd_image)},
+            "slurmd": slurmd,
             "logfile": plain(logfile),
             "extraConfMap": extra_conf,
             "partition": {"enabled": False},

@@ -34,6 +34,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._handover.model impo
     Step,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
+    Escalation,
     HandoverMarkers,
     Registration,
     application_pods,
@@ -297,9 +298,10 @@ class Handover:
                     f"partition's escalation in {deadline - self.clock():.0f} s)"
                 )
                 return
-            if not self._escalate(name, outcome):
+            if self._escalate(name, outcome) is None:
                 outcome.result = HandoverResult.DRAINING
                 return
+            self._await_jobs_off(name, outcome)
             slurm_node = self.slurm.node(name)
         if slurm_node is not None:
             self.slurm.delete_node(name)
@@ -523,17 +525,19 @@ class Handover:
         drained = self._wait(
             lambda: self._drained_and_idle(slurm_name, outcome), max(deadline - self.clock(), 0.0)
         )
-
-        def stop_slurmd() -> None:
-            # slurmctld has requeued or ended every job of the DOWN node and waits for
-            # nothing from it, but signals none of their processes there: they stop with the
-            # slurmd pod, which therefore goes now, while Slurm takes the jobs off the node
-            # (up to 2 s in kind), not after it (then the kubelet's kill, up to 3 s more).
-            self._unlabel(name, outcome)
-            self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
-
-        if not drained and not self._escalate(slurm_name, outcome, on_down=stop_slurmd):
-            return
+        if not drained:
+            escalation = self._escalate(slurm_name, outcome)
+            if escalation is None:
+                return  # blocked by a `wait` job
+            if escalation.down:
+                # slurmctld has requeued or ended every job of the DOWN node, but signals
+                # none of their processes there: they stop with the slurmd pod. Once it has
+                # stopped nothing of Slurm's runs on the node, so it goes back then; the
+                # record goes once slurmctld has taken the jobs off it (1.0 to 3.3 s after
+                # the DOWN in kind), which the applications need not wait for.
+                self._give_back(name, slurm_name, outcome, jobs_off=False)
+                return
+            self._await_jobs_off(slurm_name, outcome)
         self._record_step(outcome, Step.DRAINED)
         self._give_back(name, slurm_name, outcome)
 
@@ -621,11 +625,9 @@ class Handover:
             slurm_node = self.slurm.node(slurm_name)
         return slurm_drained(slurm_node)
 
-    def _escalate(
-        self, slurm_name: str, outcome: Outcome, on_down: Callable[[], None] | None = None
-    ) -> bool:
-        """Apply the policy at the deadline; False when the node stays blocked. `on_down`
-        runs once the node is DOWN, before the wait for Slurm to take its jobs off it."""
+    def _escalate(self, slurm_name: str, outcome: Outcome) -> Escalation | None:
+        """Apply the policy at the deadline: what it did, or None when the node stays
+        blocked. The jobs may still be on the node when it returns (`_await_jobs_off`)."""
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         jobs = [
             job
@@ -663,36 +665,48 @@ class Handover:
                 "reclaiming and the next run looks again"
             )
             self._event(outcome, "Blocked", outcome.message, warning=True)
-            return False
-        if decided.down and on_down is not None:
-            on_down()
-        if not self._wait(
-            lambda: self._drained_and_idle(slurm_name, outcome), self.settings.pod_timeout_s
-        ):
+            return None
+        return decided
+
+    def _jobs_off(self, slurm_name: str, outcome: Outcome) -> bool:
+        """Slurm has taken every job off the node within pod_timeout_s of an escalation."""
+        return bool(
+            self._wait(
+                lambda: self._drained_and_idle(slurm_name, outcome), self.settings.pod_timeout_s
+            )
+        )
+
+    def _await_jobs_off(self, slurm_name: str, outcome: Outcome) -> None:
+        if not self._jobs_off(slurm_name, outcome):
             raise StepFailed(
                 f"jobs still run on Slurm node {slurm_name} {self.settings.pod_timeout_s:g} s "
                 "after the escalation"
             )
-        return True
 
-    def _give_back(self, name: str, slurm_name: str, outcome: Outcome) -> None:
-        """Reclaim steps 5 to 8: label off, slurmd pod gone, Slurm record gone, taint off."""
+    def _give_back(
+        self, name: str, slurm_name: str, outcome: Outcome, *, jobs_off: bool = True
+    ) -> None:
+        """Reclaim steps 4 to 7: label off, slurmd pod gone, taint off, Slurm record gone.
+
+        After a DOWN escalation (`jobs_off` False) Slurm may still be taking the jobs off the
+        node; its record is deleted once it has."""
         self._unlabel(name, outcome)
 
         def slurmd_stopped(pods: list[JSON]) -> bool:
             return not any(runs_slurmd(pod) for pod in pods)
 
-        # The Slurm node is drained and idle and no NodeSet selects the node any more, so the
-        # pod goes now: the operator would delete it too, but only after its next look at
-        # Slurm (2 to 7 s in kind). A pod it re-creates from a view that still has the label
-        # cannot be bound: its node selector wants the label the scheduler no longer sees.
+        # The Slurm node is drained and idle (or DOWN) and no NodeSet selects the node any
+        # more, so the pod goes now: the operator would delete it too, but only after its
+        # next look at Slurm (2 to 7 s in kind). A pod it re-creates from a view that still
+        # has the label cannot be bound: its node selector wants the label the scheduler no
+        # longer sees.
         # It goes with a grace of 1 s: no job runs there any more, and the run that gives the
         # node back deletes its Slurm record itself, so neither slurmd's shutdown nor its
         # preStop (1.6 to 2.7 s of an idle reclaim in kind) is worth the applications' wait.
         # After an escalation the jobs are requeued or cancelled in slurmctld, but Slurm
         # signals no process on a DOWN node: they ran on in the container, and slurmd given
-        # SIGTERM held its pod for the whole termination grace (30 s, measured in kind). Those
-        # processes belong to no job any more: they go with the pod.
+        # SIGTERM while they still ran held its pod for the whole termination grace (30 s,
+        # measured in kind). Those processes belong to no job any more: they go with the pod.
         grace_s = self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
         # Watched, not polled: the application waits for exactly this moment, the kubelet's
         # terminal phase (every container and the sandbox stopped), not the object's deletion
@@ -703,17 +717,42 @@ class Handover:
                 f"after it was deleted (its termination grace {grace_s:g} s and pod_timeout_s)"
             )
         self._record_step(outcome, Step.POD_GONE)
+        # Nothing of Slurm's runs on the node once its slurmd pod has stopped: it goes back
+        # now, and the record after (slurmrestd's read and delete took 0.12 s in kind, which
+        # the applications need not wait for).
+        self._set_free(name, outcome, "", reclaimed=True)
+        outcome.result = HandoverResult.FREE
+        self._remove_slurm_record(slurm_name, outcome, jobs_off)
+
+    def _remove_slurm_record(self, slurm_name: str, outcome: Outcome, jobs_off: bool) -> None:
+        """No DOWN ghost stays in sinfo. On a node already given back: a record left here (a
+        run that stops, slurmrestd failing, slurmctld still holding the jobs of a DOWN
+        escalation) has no lent Node standing for it, and the next run's orphan clean-up
+        removes it."""
+        left = "its record stays until a later run's orphan clean-up removes it"
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
-        if self.slurm.node(slurm_name) is not None:
+        try:
+            if not jobs_off:
+                if not self._jobs_off(slurm_name, outcome):
+                    outcome.warnings.append(
+                        f"Slurm still lists jobs on Slurm node {slurm_name} "
+                        f"{self.settings.pod_timeout_s:g} s after the escalation: {left}"
+                    )
+                    return
+                self._record_step(outcome, Step.DRAINED)
+            if self.slurm.node(slurm_name) is None:
+                return
             try:
                 self.slurm.delete_node(slurm_name)
             except SlurmRestError:
                 # slurmd's preStop hook may have removed it between the look and the delete.
                 if self.slurm.node(slurm_name) is not None:
                     raise
-            self._record_step(outcome, Step.SLURM_REMOVED, "", f"Slurm node {slurm_name} deleted")
-        self._set_free(name, outcome, "", reclaimed=True)
-        outcome.result = HandoverResult.FREE
+                return
+        except SlurmRestError as err:
+            outcome.warnings.append(f"Slurm node {slurm_name} not deleted ({err}): {left}")
+            return
+        self._record_step(outcome, Step.SLURM_REMOVED, "", f"Slurm node {slurm_name} deleted")
 
     def _unlabel(self, name: str, outcome: Outcome) -> None:
         """No NodeSet selects the node any more, so no slurmd pod comes back to it."""

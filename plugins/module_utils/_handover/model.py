@@ -189,8 +189,8 @@ RECLAIM_STEPS = (
     "escalate",
     "unlabel",
     "pod_gone",
-    "slurm_removed",
     "free",
+    "slurm_removed",
 )
 
 
@@ -199,7 +199,7 @@ class Step:
     names the step to stop after (faults)."""
 
     TAINT, RECHECK, LABEL, REGISTERED = LEND_STEPS
-    JOURNAL, DRAIN, DRAINED, ESCALATE, UNLABEL, POD_GONE, SLURM_REMOVED, FREE = RECLAIM_STEPS
+    JOURNAL, DRAIN, DRAINED, ESCALATE, UNLABEL, POD_GONE, FREE, SLURM_REMOVED = RECLAIM_STEPS
     REMOVE: t.Final = "remove"  # an orphan's Slurm record
 
 

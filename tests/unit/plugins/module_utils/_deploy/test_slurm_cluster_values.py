@@ -20,6 +20,7 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.helm_chart i
     chart_args,
 )
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_cluster_values import (
+    CHART_LINES,
     ESCALATIONS,
     LOGFILE_COMMAND,
     ConfigError,
@@ -535,6 +536,60 @@ def test_every_log_sidecar_runs_the_collections_program_unless_told_not_to() -> 
     }
     kept = build_values({**SETTINGS, "logfile_stops_on_term": False}, NODES)  # Slinky's own
     assert all("command" not in s for s in sidecars(kept))
+
+
+@pytest.mark.parametrize(("chart_version", "line"), [("1.1.0", (1, 1)), ("1.2.1", (1, 2))])
+def test_lendable_slurmd_runs_the_operators_prestop_in_the_background(
+    chart_version: str, line: tuple[int, int]
+) -> None:
+    """Only the lendable NodeSets, with the line's own hook command; false keeps the
+    operator's hook (no lifecycle of ours for its merge)."""
+    settings = {**SETTINGS, "chart_version": chart_version}
+    nodesets = build_values(settings, NODES)["nodesets"]
+    command = CHART_LINES[line].slurmd_prestop
+    for name in ("interactive", "interactive-a100", "interactive-h100"):
+        assert nodesets[name]["slurmd"]["lifecycle"] == {
+            "preStop": {
+                "exec": {"command": ["/usr/bin/sh", "-c", f"({command}) >/dev/null 2>&1 &"]}
+            }
+        }, name
+    assert "lifecycle" not in nodesets["hpc"]["slurmd"]
+    kept = build_values({**settings, "lendable_prestop_in_background": False}, NODES)
+    assert all("lifecycle" not in n.get("slurmd", {}) for n in kept["nodesets"].values())
+
+
+def test_the_background_prestop_returns_while_scontrol_still_runs(tmp_path: Path) -> None:
+    """Run for real: the hook returns (its output closed, as the kubelet's exec waits for)
+    while scontrol waits for slurmctld, and scontrol still gets the operator's arguments."""
+    released = tmp_path / "released"
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        f"while [ ! -e {released} ]; do sleep 0.05; done\n"
+        "echo answered\n"
+    )
+    scontrol.chmod(0o755)
+    values = build_values({**SETTINGS, "chart_version": "1.2.1"}, NODES)
+    hook = values["nodesets"]["interactive"]["slurmd"]["lifecycle"]["preStop"]["exec"]["command"]
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    try:
+        # scontrol answers only once released, below: a hook that waited for it (or kept
+        # its output open) would end in the timeout.
+        done = subprocess.run(hook, capture_output=True, env=env, timeout=60, check=False)
+        assert done.returncode == 0 and done.stdout == b"", done
+        for _look in range(200):
+            if calls.exists():
+                break
+            time.sleep(0.05)
+        host = subprocess.run(["hostname"], capture_output=True, text=True, check=True)
+        assert calls.read_text() == (
+            f"update nodename={host.stdout.strip()} state=down "
+            "reason=slurm-operator: Pod is terminating\n"
+        )
+    finally:
+        released.touch()
 
 
 def test_the_log_sidecars_program_copies_the_log_and_ends_at_once_on_sigterm(
