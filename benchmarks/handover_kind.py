@@ -21,8 +21,9 @@ One interactive worker is the bench node; the script leaves it free as it found 
   node can run: seconds until it runs (capped), slurmd pods evicted meanwhile, whether the
   two ever ran on the node at once, the job interrupted (killed without grace) or requeued.
 * protocol: the node lent and reclaimed with node_handover's code (in this process, no
-  Ansible start-up); the application pod waits for it (the taint). Idle node: seconds from
-  the start of the reclaim until the application pod runs. Busy node: the same with a job
+  Ansible start-up); the application pod waits for it (the taint). The node stays lent
+  --settle seconds (its slurmd pod Ready) before the reclaim. Idle node: seconds from the
+  start of the reclaim until the application pod runs. Busy node: the same with a job
   running and a grace of --grace seconds, after which the policy requeues it.
 
 * events (--event-trials): the collection's rulebook (ansible-rulebook, hpcops.slinky.handover)
@@ -657,10 +658,11 @@ class Recipe:
 class Protocol:
     """The same node lent and reclaimed with node_handover's code."""
 
-    def __init__(self, cluster: Cluster, node: str, grace_s: int) -> None:
+    def __init__(self, cluster: Cluster, node: str, grace_s: int, settle_s: float = 0.0) -> None:
         self.cluster = cluster
         self.node = node
         self.grace_s = grace_s
+        self.settle_s = settle_s
 
     def handover(self, grace_s: int) -> Handover:
         policy = Policy(
@@ -675,6 +677,8 @@ class Protocol:
         lent = handover.run(self.node, "lend")
         if lent.result != "lent":
             raise LabError(f"lend of {self.node}: {lent.result} {lent.message}")
+        if self.settle_s:
+            self.wait_settled()
         job_id = self.cluster.submit(self.node, 600) if busy else 0
         name = f"protocol-{'busy' if busy else 'idle'}-{number}"
         self.cluster.app_pod(name, self.node, anti_affinity=False)
@@ -696,6 +700,25 @@ class Protocol:
                 trial.notes.append(f"requeued by the policy after {self.grace_s} s of grace")
         self.cluster.delete_apps()
         return trial
+
+    def wait_settled(self) -> None:
+        """As a node stays lent a while before demand takes it back: its slurmd pod Ready
+        (the kubelet has run its probes), then settle_s more. Right after a lend the kubelet
+        is still at the new pod, and began to stop it 0.9 s after its deletion (measured
+        2026-12-01), where a settled pod's stop begins within 0.05 s."""
+        wait_until(
+            lambda: any(pod_ready(pod) for pod in self.cluster.slurmd_pods(self.node)),
+            60,
+            f"the slurmd pod on {self.node} Ready",
+        )
+        time.sleep(self.settle_s)
+
+
+def pod_ready(pod: dict[str, t.Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def watch_app(
@@ -893,6 +916,13 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--cap", type=float, default=60.0, help="seconds a trial may take")
     parser.add_argument("--grace", type=int, default=10, help="the busy node's grace, seconds")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="seconds a lent node stays lent (its slurmd pod Ready) before an idle or busy "
+        "trial's reclaim; 0: reclaimed the moment its slurmd registers",
+    )
     parser.add_argument("--kubeconfig", type=Path, default=KIND_DIR / "kubeconfig")
     parser.add_argument(
         "--cases",
@@ -969,7 +999,7 @@ def run_cases(cluster: Cluster, nodes: list[str], args: argparse.Namespace) -> R
         results.run_on(
             "recipe", args.trials, recipe_up, lambda r, n: r.trial(n, args.cap), recipe_down
         )
-    protocol = Protocol(cluster, node, args.grace)
+    protocol = Protocol(cluster, node, args.grace, args.settle)
     for kind in ("idle", "busy"):
         if kind in args.cases:
             print(f"protocol: reclaim of {'an idle' if kind == 'idle' else 'a busy'} lent node")
@@ -1026,8 +1056,8 @@ def print_report(results: Results, args: argparse.Namespace) -> None:
     )
     labels = {
         "recipe": "recipe: app pod runs (capped)",
-        "idle": "protocol: idle lent node back",
-        "busy": f"protocol: busy node, {args.grace} s grace",
+        "idle": f"protocol: idle lent node back (lent {args.settle:g} s)",
+        "busy": f"protocol: busy node, {args.grace} s grace (lent {args.settle:g} s)",
         "events": "events: pod created to Running",
     }
     goals = targets(args.grace)

@@ -37,7 +37,6 @@ from kind_cluster import (
     job,
     kubectl,
     kubectl_json,
-    slinky_line,
     slurm_nodes,
     slurmrestd,
     submit,
@@ -358,19 +357,21 @@ def test_lend_reclaim_and_rebalance_on_real_kubelets(workers: list[str], tmp_pat
     assert run.rc == 0 and run.summary["returned"] == [first], succeeded(run)
     # The job ran until the partition's grace was over, then went back to the queue.
     assert run.seconds >= GRACE_S, f"reclaim took {run.seconds:.1f} s, grace {GRACE_S} s"
-    # At the deadline the node went DOWN (the escalation) and the slurmd pod went within
-    # seconds, the job's processes with it: not after its 30 s termination grace. The node
-    # was given back then; its record went once slurmctld had the job off it (drained),
-    # which takes longer under load and was no longer the application's wait.
+    # At the deadline the slurmd pod went within seconds, the job's processes with it: not
+    # after its 30 s termination grace. Then the node went DOWN (the escalation, which
+    # requeued the job) and back to the applications; its record went once slurmctld had
+    # the job off it (drained), which takes longer under load and is not the application's
+    # wait.
     steps = run.summary["reclaim_timelines"][first]
     print(
-        f"reclaim of {first}: deadline (escalation) to slurmd pod gone "
-        f"{steps['pod_gone'] - steps['escalate']:.1f} s, to free "
-        f"{steps['free'] - steps['escalate']:.1f} s, to Slurm's job off the node "
-        f"{steps['drained'] - steps['escalate']:.1f} s"
+        f"reclaim of {first}: deadline (unlabel) to slurmd pod gone "
+        f"{steps['pod_gone'] - steps['unlabel']:.1f} s, to free "
+        f"{steps['free'] - steps['unlabel']:.1f} s, to Slurm's job off the node "
+        f"{steps['drained'] - steps['unlabel']:.1f} s"
     )
-    assert steps["pod_gone"] - steps["escalate"] < 15, steps
-    assert steps["escalate"] < steps["pod_gone"] < steps["free"] <= steps["drained"], steps
+    assert steps["pod_gone"] - steps["unlabel"] < 15, steps
+    assert steps["unlabel"] < steps["pod_gone"] < steps["escalate"] < steps["free"], steps
+    assert steps["free"] <= steps["drained"] <= steps["slurm_removed"], steps
     record = job(job_id)
     assert "PENDING" in record["job_state"] and record["restart_cnt"] >= 1, record["job_state"]
     given_back(first, "notebook-1")
@@ -478,19 +479,14 @@ def test_a_reclaim_stopped_once_the_pod_is_gone_leaves_the_taint_until_resumed(
     # Terminating pod still holds the node): the taint is still on.
     assert not live_slurmd_pods(first), [p["metadata"] for p in live_slurmd_pods(first)]
     assert marks(first) == (False, True)
-    # slurmd's preStop hook ran in the background while the container stopped
-    # (slurm_cluster_lendable_prestop_in_background): Slinky 1.1's marks the Slurm node DOWN
-    # and deletes it, 1.2's only marks it DOWN, unless slurmd stopped first; then the record
-    # is as the reclaim's drain left it. The record waits for the reclaim's later steps
-    # (free, slurm_removed), which the resumed run below must do. The operator's reason is
-    # not always the hook's ("Pod ... was uncordoned" seen too).
+    # slurmd's preStop hook found the reclaim's drain and left the node to it
+    # (slurm_cluster_prestop_leaves_reclaims): not marked DOWN, not deleted (Slinky 1.1's own
+    # hook deletes it), as the reclaim's drain left it. The record waits for the reclaim's
+    # later steps (free, slurm_removed), which the resumed run below must do.
     record = slurm_nodes().get(first)
-    if record is not None:
-        marked = "DOWN" in record["state"] and record["reason"].startswith("slurm-operator: ")
-        drained = "DRAIN" in record["state"] and record["reason"].startswith("hpcops: reclaim")
-        assert marked or drained, (record["state"], record["reason"])
-    else:
-        assert slinky_line() < (1, 2), f"{first}: no Slurm node; 1.2's preStop hook keeps it"
+    assert record is not None, f"{first}: no Slurm node; the hook must leave it to the reclaim"
+    assert "DOWN" not in record["state"] and "DRAIN" in record["state"], record["state"]
+    assert record["reason"].startswith("hpcops: reclaim "), record["reason"]
     assert app_phase("notebook")[0] == "Pending"
     run = playbook("rebalance", tmp_path)
     assert run.rc == 0, succeeded(run)

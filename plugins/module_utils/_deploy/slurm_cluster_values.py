@@ -41,6 +41,9 @@ from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.slurm_login 
     login_set_values,
     nsswitch_conf,
 )
+from ansible_collections.hpcops.slinky.plugins.module_utils._handover.steps import (
+    HandoverMarkers,
+)
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.quantity import quantity
 
 # Slurm names: NodeSet and partition names become slurm.conf words and Kubernetes names.
@@ -124,8 +127,9 @@ class ChartLine:
     inplace_reconfigure: bool
     # Objects the chart enables unless told not to (1.1's default NodeSet and login set).
     chart_defaults_off: Mapping[str, t.Any]
-    # The operator's own preStop hook of the slurmd container (workerbuilder), run by
-    # lendable NodeSets in the background (slurm_cluster_lendable_prestop_in_background).
+    # The operator's own preStop hook of the slurmd container (workerbuilder), which
+    # lendable NodeSets run unless the handover's reclaim drained the node
+    # (slurm_cluster_prestop_leaves_reclaims).
     slurmd_prestop: str
 
 
@@ -1123,20 +1127,29 @@ LOGFILE_COMMAND = (
 GRES_AUTODETECT = ("nvidia", "nvml", "rsmi", "oneapi", "off")
 
 
-def background_prestop(command: str) -> dict[str, t.Any]:
-    """slurmd's lifecycle with the operator's preStop command run in the background.
+# The drain reason of the handover's reclaims (HandoverMarkers.drain_reason), which a lendable
+# slurmd's preStop hook looks for.
+RECLAIM_REASON_PREFIX = f"{HandoverMarkers.reason_prefix} reclaim "
 
-    The kubelet sends SIGTERM only once a preStop hook has returned, and the operator's runs
-    scontrol to slurmctld first: an application waiting for a reclaimed node waits for it
-    too, although the reclaim has drained the node and deletes its record itself. In the
-    background (its output closed, or the exec would wait for it) the node is still marked
-    as the operator marks it, as long as the container lives: a slurmd with jobs holds its
-    pod for the whole grace; an idle one may stop first, and slurmctld then finds it gone
-    on its own.
+
+def prestop_leaving_reclaims(command: str) -> dict[str, t.Any]:
+    """slurmd's lifecycle: the operator's preStop command, unless the handover's reclaim has
+    drained the node (its reason), which stops slurmd and gives the node back itself.
+
+    The operator's hook marks the node DOWN before the kubelet's SIGTERM: slurmctld then
+    sends slurmd the kill of the node's jobs, and a slurmd busy with it holds its pod until
+    the kubelet's SIGKILL (2 s at the reclaim's grace of 1 s, the pod's whole grace
+    otherwise: measured in kind), where slurmd given SIGTERM first ends at once, its jobs'
+    processes with its container. The reclaim marks the node DOWN itself once the pod has
+    stopped, if the policy requeues its jobs.
     """
-    return {
-        "preStop": {"exec": {"command": ["/usr/bin/sh", "-c", f"({command}) >/dev/null 2>&1 &"]}}
-    }
+    script = (
+        'case "$(scontrol show node "$(hostname)" 2>/dev/null)" in\n'
+        f'  *"Reason={RECLAIM_REASON_PREFIX}"*) ;;\n'
+        f"  *) {command} ;;\n"
+        "esac\n"
+    )
+    return {"preStop": {"exec": {"command": ["/usr/bin/sh", "-c", script]}}}
 
 
 def _conf_value(value: t.Any) -> t.Any:
@@ -1236,10 +1249,8 @@ def _nodeset_values(
     if tolerations:
         pod_spec["tolerations"] = tolerations
     slurmd: dict[str, t.Any] = {"image": dict(slurmd_image)}
-    if pool.get("kind") == "lendable" and bool(
-        settings.get("lendable_prestop_in_background", True)
-    ):
-        slurmd["lifecycle"] = background_prestop(line.slurmd_prestop)
+    if pool.get("kind") == "lendable" and bool(settings.get("prestop_leaves_reclaims", True)):
+        slurmd["lifecycle"] = prestop_leaving_reclaims(line.slurmd_prestop)
     nodeset = merged(
         merged(line.nodeset_base, nodeset_defaults),
         {

@@ -526,19 +526,21 @@ class Handover:
             lambda: self._drained_and_idle(slurm_name, outcome), max(deadline - self.clock(), 0.0)
         )
         if not drained:
-            escalation = self._escalate(slurm_name, outcome)
+            escalation = self._escalate(
+                slurm_name, outcome, stop_slurmd=lambda: self._stop_slurmd(name, outcome)
+            )
             if escalation is None:
                 return  # blocked by a `wait` job
             if escalation.down:
-                # slurmctld has requeued or ended every job of the DOWN node, but signals
-                # none of their processes there: they stop with the slurmd pod. Once it has
-                # stopped nothing of Slurm's runs on the node, so it goes back then; the
-                # record goes once slurmctld has taken the jobs off it (1.0 to 3.3 s after
-                # the DOWN in kind), which the applications need not wait for.
+                # The jobs' processes stopped with the slurmd pod, before the DOWN, so
+                # nothing of Slurm's runs on the node: it goes back now, and the record once
+                # slurmctld has taken the requeued jobs off it (1.0 to 3.3 s after the DOWN
+                # in kind), which the applications need not wait for.
                 self._give_back(name, slurm_name, outcome, jobs_off=False)
                 return
             self._await_jobs_off(slurm_name, outcome)
         self._record_step(outcome, Step.DRAINED)
+        self._stop_slurmd(name, outcome)
         self._give_back(name, slurm_name, outcome)
 
     def _drain(self, slurm_name: str, outcome: Outcome) -> None:
@@ -625,9 +627,15 @@ class Handover:
             slurm_node = self.slurm.node(slurm_name)
         return slurm_drained(slurm_node)
 
-    def _escalate(self, slurm_name: str, outcome: Outcome) -> Escalation | None:
+    def _escalate(
+        self,
+        slurm_name: str,
+        outcome: Outcome,
+        stop_slurmd: Callable[[], None] | None = None,
+    ) -> Escalation | None:
         """Apply the policy at the deadline: what it did, or None when the node stays
-        blocked. The jobs may still be on the node when it returns (`_await_jobs_off`)."""
+        blocked. The jobs may still be on the node when it returns (`_await_jobs_off`).
+        `stop_slurmd` runs before the node is marked DOWN."""
         self.slurm.until(self.clock() + self.settings.pod_timeout_s, outcome.warnings)
         jobs = [
             job
@@ -639,6 +647,12 @@ class Handover:
         for job_id in decided.cancel:
             self.slurm.signal_job(job_id, "SIGKILL")
         if decided.down:
+            if stop_slurmd is not None:
+                # slurmd given SIGTERM while its jobs run ends at once, and their processes
+                # with its container; on a node already DOWN it is busy with slurmctld's kill
+                # of those jobs and holds its pod until the kubelet's SIGKILL (its minimum
+                # grace, 2 s: measured in kind). DOWN then requeues the jobs all the same.
+                stop_slurmd()
             self.slurm.update_node(
                 slurm_name,
                 {
@@ -683,30 +697,22 @@ class Handover:
                 "after the escalation"
             )
 
-    def _give_back(
-        self, name: str, slurm_name: str, outcome: Outcome, *, jobs_off: bool = True
-    ) -> None:
-        """Reclaim steps 4 to 7: label off, slurmd pod gone, taint off, Slurm record gone.
-
-        After a DOWN escalation (`jobs_off` False) Slurm may still be taking the jobs off the
-        node; its record is deleted once it has."""
+    def _stop_slurmd(self, name: str, outcome: Outcome) -> None:
+        """Reclaim steps 4 and 5: label off, slurmd pod stopped (each done already: a look)."""
         self._unlabel(name, outcome)
 
         def slurmd_stopped(pods: list[JSON]) -> bool:
             return not any(runs_slurmd(pod) for pod in pods)
 
-        # The Slurm node is drained and idle (or DOWN) and no NodeSet selects the node any
-        # more, so the pod goes now: the operator would delete it too, but only after its
-        # next look at Slurm (2 to 7 s in kind). A pod it re-creates from a view that still
-        # has the label cannot be bound: its node selector wants the label the scheduler no
-        # longer sees.
-        # It goes with a grace of 1 s: no job runs there any more, and the run that gives the
-        # node back deletes its Slurm record itself, so neither slurmd's shutdown nor its
-        # preStop (1.6 to 2.7 s of an idle reclaim in kind) is worth the applications' wait.
-        # After an escalation the jobs are requeued or cancelled in slurmctld, but Slurm
-        # signals no process on a DOWN node: they ran on in the container, and slurmd given
-        # SIGTERM while they still ran held its pod for the whole termination grace (30 s,
-        # measured in kind). Those processes belong to no job any more: they go with the pod.
+        # The Slurm node is drained and idle (or its jobs are past their grace) and no
+        # NodeSet selects the node any more, so the pod goes now: the operator would delete
+        # it too, but only after its next look at Slurm (2 to 7 s in kind). A pod it
+        # re-creates from a view that still has the label cannot be bound: its node selector
+        # wants the label the scheduler no longer sees.
+        # It goes with a grace of 1 s: no job runs there any more, or none may (they are
+        # requeued at the deadline), and the run that gives the node back deletes its Slurm
+        # record itself, so slurmd's shutdown is not worth the applications' wait. The jobs'
+        # processes go with the pod.
         grace_s = self._delete_slurmd_pods(name, DRAINED_POD_GRACE_S)
         # Watched, not polled: the application waits for exactly this moment, the kubelet's
         # terminal phase (every container and the sandbox stopped), not the object's deletion
@@ -717,6 +723,12 @@ class Handover:
                 f"after it was deleted (its termination grace {grace_s:g} s and pod_timeout_s)"
             )
         self._record_step(outcome, Step.POD_GONE)
+
+    def _give_back(
+        self, name: str, slurm_name: str, outcome: Outcome, *, jobs_off: bool = True
+    ) -> None:
+        """Reclaim steps 6 and 7, once slurmd has stopped: taint off, Slurm record gone
+        (after a DOWN escalation, `jobs_off` False, once slurmctld has the jobs off it)."""
         # Nothing of Slurm's runs on the node once its slurmd pod has stopped: it goes back
         # now, and the record after (slurmrestd's read and delete took 0.12 s in kind, which
         # the applications need not wait for).

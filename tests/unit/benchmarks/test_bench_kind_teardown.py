@@ -158,17 +158,17 @@ def test_a_failed_case_is_a_row_with_its_reason_and_the_report_still_prints(caps
         raise RuntimeError("no rulebook")
 
     results.run("events", 2, no_rulebook)
-    args = bench.argparse.Namespace(grace=10, cases=list(bench.CASES))
+    args = bench.argparse.Namespace(grace=10, settle=5.0, cases=list(bench.CASES))
     bench.print_report(results, args)
     out = capsys.readouterr().out
     lines = {line.split("  ")[0]: line for line in out.splitlines() if line.strip()}
     recipe = lines["recipe: app pod runs (capped)"]
     assert "failed: LabError: timed out after 180 s" in recipe and " 1 " in recipe
-    assert lines["protocol: busy node, 10 s grace"].split()[6:10] == ["0", "-", "-", "-"]
+    assert lines["protocol: busy node, 10 s grace (lent 5 s)"].split()[9:13] == ["0", "-", "-", "-"]
     assert "failed: RuntimeError: no rulebook" in lines["events: pod created to Running"]
-    assert "protocol: idle lent node back: p95 1.20 s, target 2 s: met" in out
+    assert "protocol: idle lent node back (lent 5 s): p95 1.20 s, target 2 s: met" in out
     assert "events: pod created to Running: p95 - s, target 5 s: not run" in out
-    assert "protocol: busy node, 10 s grace: p95 - s, target 13 s: not run" in out
+    assert "protocol: busy node, 10 s grace (lent 5 s): p95 - s, target 13 s: not run" in out
     assert "overlaps, target 0): recipe 1, idle 0" in out
 
 

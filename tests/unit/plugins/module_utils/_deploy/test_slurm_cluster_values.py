@@ -538,58 +538,61 @@ def test_every_log_sidecar_runs_the_collections_program_unless_told_not_to() -> 
     assert all("command" not in s for s in sidecars(kept))
 
 
+def prestop_hook(values: dict[str, t.Any], nodeset: str) -> list[str]:
+    hook: list[str] = values["nodesets"][nodeset]["slurmd"]["lifecycle"]["preStop"]["exec"][
+        "command"
+    ]
+    return hook
+
+
 @pytest.mark.parametrize(("chart_version", "line"), [("1.1.0", (1, 1)), ("1.2.1", (1, 2))])
-def test_lendable_slurmd_runs_the_operators_prestop_in_the_background(
+def test_lendable_slurmd_has_a_prestop_that_leaves_reclaims(
     chart_version: str, line: tuple[int, int]
 ) -> None:
-    """Only the lendable NodeSets, with the line's own hook command; false keeps the
+    """Only the lendable NodeSets, with the line's own hook command in it; false keeps the
     operator's hook (no lifecycle of ours for its merge)."""
     settings = {**SETTINGS, "chart_version": chart_version}
-    nodesets = build_values(settings, NODES)["nodesets"]
-    command = CHART_LINES[line].slurmd_prestop
+    values = build_values(settings, NODES)
     for name in ("interactive", "interactive-a100", "interactive-h100"):
-        assert nodesets[name]["slurmd"]["lifecycle"] == {
-            "preStop": {
-                "exec": {"command": ["/usr/bin/sh", "-c", f"({command}) >/dev/null 2>&1 &"]}
-            }
-        }, name
-    assert "lifecycle" not in nodesets["hpc"]["slurmd"]
-    kept = build_values({**settings, "lendable_prestop_in_background": False}, NODES)
+        shell, flag, script = prestop_hook(values, name)
+        assert (shell, flag) == ("/usr/bin/sh", "-c"), name
+        assert CHART_LINES[line].slurmd_prestop in script, name
+    assert "lifecycle" not in values["nodesets"]["hpc"]["slurmd"]
+    kept = build_values({**settings, "prestop_leaves_reclaims": False}, NODES)
     assert all("lifecycle" not in n.get("slurmd", {}) for n in kept["nodesets"].values())
 
 
-def test_the_background_prestop_returns_while_scontrol_still_runs(tmp_path: Path) -> None:
-    """Run for real: the hook returns (its output closed, as the kubelet's exec waits for)
-    while scontrol waits for slurmctld, and scontrol still gets the operator's arguments."""
-    released = tmp_path / "released"
+@pytest.mark.parametrize(
+    ("reason", "marked"),
+    [
+        ("hpcops: reclaim 6925e1a0-3f9c2e", False),  # the reclaim's drain: left to it
+        ("hw: ECC errors", True),  # an admin's drain: the operator's hook
+        ("", True),  # not drained (an eviction, an admin's delete): the operator's hook
+    ],
+)
+def test_the_prestop_hook_marks_the_node_unless_a_reclaim_drained_it(
+    tmp_path: Path, reason: str, marked: bool
+) -> None:
+    """Run for real against a stand-in scontrol that answers `show node` as Slurm does."""
     calls = tmp_path / "calls"
     scontrol = tmp_path / "scontrol"
     scontrol.write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {calls}\n'
-        f"while [ ! -e {released} ]; do sleep 0.05; done\n"
-        "echo answered\n"
+        'if [ "$1" = show ]; then\n'
+        f'  echo "NodeName=$3 Arch=x86_64 State=IDLE+DRAIN Reason={reason} [root@2026-12-01T19:00:00]"\n'
+        "fi\n"
     )
     scontrol.chmod(0o755)
     values = build_values({**SETTINGS, "chart_version": "1.2.1"}, NODES)
-    hook = values["nodesets"]["interactive"]["slurmd"]["lifecycle"]["preStop"]["exec"]["command"]
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
-    try:
-        # scontrol answers only once released, below: a hook that waited for it (or kept
-        # its output open) would end in the timeout.
-        done = subprocess.run(hook, capture_output=True, env=env, timeout=60, check=False)
-        assert done.returncode == 0 and done.stdout == b"", done
-        for _look in range(200):
-            if calls.exists():
-                break
-            time.sleep(0.05)
-        host = subprocess.run(["hostname"], capture_output=True, text=True, check=True)
-        assert calls.read_text() == (
-            f"update nodename={host.stdout.strip()} state=down "
-            "reason=slurm-operator: Pod is terminating\n"
-        )
-    finally:
-        released.touch()
+    done = subprocess.run(
+        prestop_hook(values, "interactive"), capture_output=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 0, done
+    host = subprocess.run(["hostname"], capture_output=True, text=True, check=True).stdout.strip()
+    update = f"update nodename={host} state=down reason=slurm-operator: Pod is terminating"
+    assert calls.read_text().splitlines() == [f"show node {host}"] + ([update] if marked else [])
 
 
 def test_the_log_sidecars_program_copies_the_log_and_ends_at_once_on_sigterm(
