@@ -1127,9 +1127,9 @@ LOGFILE_COMMAND = (
 GRES_AUTODETECT = ("nvidia", "nvml", "rsmi", "oneapi", "off")
 
 
-# The drain reason of the handover's reclaims (HandoverMarkers.drain_reason), which a lendable
-# slurmd's preStop hook looks for.
-RECLAIM_REASON_PREFIX = f"{HandoverMarkers.reason_prefix} reclaim "
+# What the drain reason of every handover reclaim starts with ("hpcops: reclaim "), which a
+# lendable slurmd's preStop hook looks for.
+RECLAIM_REASON_PREFIX = HandoverMarkers().drain_reason("")
 
 
 def prestop_leaving_reclaims(command: str) -> dict[str, t.Any]:
