@@ -20,8 +20,7 @@ and the root filesystems beside the Go builds. The builds are the path everythin
 waits on (the kind scenarios, which mostly wait on kubelets, start only after them), so they
 get most of the CPU while the tests fill the rest: their session is a scheduling group of
 its own (Linux's autogroup, where a process's niceness counts only within its group), given
-the weight of niceness BUILDS_GROUP_NICE until the Kubernetes lab's binaries are built and
-BUILDS_GROUP_NICE_AFTER_LAB after.
+the weight of niceness BUILDS_GROUP_NICE.
 The summary says what each lane took in minutes and core-minutes, and how busy the cores
 were (per minute: .build/test-logs/cpu.log). The logs of the other lanes follow it; the
 exit status is non-zero when any lane failed. Nothing is killed: a debootstrap stopped
@@ -41,23 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "lab"))
-from toolbox import LAB_BINARIES_READY  # noqa: E402 - the lab's modules are not a package
-
 LOGS = REPO / ".build" / "test-logs"
 PREPARE_LOG = REPO / ".kind" / "prepare.log"
 CHECKS = ("lint", "sanity", "build-check", "changelog-lint", "ee-check")
 MAIN_PHASES = "units,kwok,node-prep"
-# The builds' weight against each busy session of the tests (the weights of niceness -10
-# and -5 are 9548 and 3121, a session's 1024). Until the Kubernetes lab's binaries are
-# built the lane of its tests only waits, and the two lanes left (the Slurm lab, the
-# checks) have time to spare: most of the CPU to the builds. From then on the Kubernetes
-# lab's tests and the kind scenarios, which wait for the rest of the builds, end the run
-# about together (a cold run of 2026-12-01 at -5 throughout: the lab's binaries after
-# 10 min, everything after 34.5, the lanes 61.2 and 64.3 min): three quarters. The tests'
-# daemons run in sessions of their own and keep a share each; the lanes' drivers slow.
-BUILDS_GROUP_NICE = -10
-BUILDS_GROUP_NICE_AFTER_LAB = -5
+# Three quarters of the CPU to the builds while both want it (weights 3121 to 1024): the
+# tests' daemons run in sessions of their own and keep their share, only their drivers slow.
+BUILDS_GROUP_NICE = -5
 
 
 @dataclass
@@ -176,11 +165,6 @@ def main() -> int:
                 start_new_session=True,  # a Ctrl-C must not stop a debootstrap halfway
             )
         weigh_group(prepare.pid, BUILDS_GROUP_NICE)
-        threading.Thread(
-            target=reweigh_after_lab_binaries,
-            args=(prepare, BUILDS_GROUP_NICE_AFTER_LAB),
-            daemon=True,
-        ).start()
         env["HPCOPS_KIND_PREPARE_PID"] = str(prepare.pid)  # the pytest lanes start none
     began = time.monotonic()
     make = ["make", "--no-print-directory"]
@@ -229,45 +213,18 @@ def main() -> int:
     return next((lane.returncode for lane in lanes if lane.returncode), 0) or 0
 
 
-def weigh_group(pid: int, nice: int, *, quiet: bool = False) -> None:
+def weigh_group(pid: int, nice: int) -> None:
     """The scheduling weight of the session group `pid` leads (sched(7), "The autogroup
     feature"); a kernel without autogroup shares the CPU per process, as before."""
     try:
         if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
-            if not quiet:
-                say("the builds share the CPU per process (kernel.sched_autogroup_enabled is 0)")
+            say("the builds share the CPU per process (kernel.sched_autogroup_enabled is 0)")
             return
         Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
     except OSError as error:
-        if not quiet:
-            say(f"the builds share the CPU per process (autogroup: {error.strerror})")
+        say(f"the builds share the CPU per process (autogroup: {error.strerror})")
         return
-    if not quiet:
-        say(f"the builds' session group has the weight of niceness {nice}")
-
-
-def reweigh_after_lab_binaries(prepare: subprocess.Popen[bytes], nice: int) -> None:
-    """Give the builds' group the weight of `nice` once their log says the Kubernetes lab's
-    binaries are built; nothing when the builds end first. It only looks at the process (a
-    poll() here would reap it before wait_with_cpu reads its CPU time)."""
-    while running(prepare.pid):
-        try:
-            if LAB_BINARIES_READY in PREPARE_LOG.read_text(errors="replace"):
-                say(f"the builds: {LAB_BINARIES_READY}; their weight now that of niceness {nice}")
-                weigh_group(prepare.pid, nice, quiet=True)
-                return
-        except OSError:
-            pass
-        time.sleep(5)
-
-
-def running(pid: int) -> bool:
-    """Whether the process runs: neither gone nor a zombie waiting to be reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    say(f"the builds' session group has the weight of niceness {nice}")
 
 
 def run_lanes(lanes: list[Lane], env: dict[str, str]) -> None:

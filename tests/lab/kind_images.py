@@ -72,7 +72,6 @@ import yaml
 from docker_engine import DOCKER
 from toolbox import CACHE_DIR as LAB_CACHE_DIR
 from toolbox import (
-    LAB_BINARIES_READY,
     LabError,
     debian_mirror,
     file_lock,
@@ -1033,8 +1032,10 @@ def prepare() -> float:
         k8s_binaries.ensure(["helm"])
         k8s_binaries.ensure([*k8s_lab.BINARY_COMPONENTS, *k8s_lab.CLIENT_TOOLS])
         k8s_binaries.ensure_slinky([k8s_binaries.LAB_SLINKY_VERSION])
-        # `make test` gives the builds less of the CPU from this line on (tests/run_suite.py).
-        log(f"{LAB_BINARIES_READY} in {k8s_binaries.format_duration(time.monotonic() - started)}")
+        # What the Kubernetes tests of a cold `make test` wait for (its summary repeats it).
+        log(
+            f"the Kubernetes lab's binaries ready in {k8s_binaries.format_duration(time.monotonic() - started)}"
+        )
         k8s_binaries.ensure([n for n in k8s_binaries.BINARIES if n not in KIND_BINARIES])
         for name in KIND_BINARIES:
             k8s_binaries.ensure([name])

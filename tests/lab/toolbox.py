@@ -32,12 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-# Builds and chroots, kept across runs.
+# Builds and chroots, kept across runs; runtime files (pids, keys, logs), gone at reboot.
 CACHE_DIR = Path(os.environ.get("HPCOPS_LAB_CACHE", "/var/cache/hpcops-lab"))
-# What `kind_images.py prepare` logs once the Kubernetes lab's binaries are built: from then
-# on `make test` gives the rest of the builds less of the CPU (tests/run_suite.py).
-LAB_BINARIES_READY = "the Kubernetes lab's binaries ready"
-# Runtime files (pids, keys, logs), gone at reboot.
 RUN_DIR = Path(os.environ.get("HPCOPS_LAB_RUN", "/run/hpcops-lab"))
 
 T = TypeVar("T")
