@@ -23,6 +23,7 @@ import k8s_binaries
 import pytest
 from ansible_runner import run_play
 from k8s_lab import K8sLab
+from toolbox import wait_until
 
 pytest_plugins = ["k8s_fixtures"]
 pytestmark = pytest.mark.integration
@@ -64,7 +65,15 @@ def stuck_nodeset(k8s_lab: K8sLab) -> t.Iterator[K8sLab]:
         "spec": {"controllerRef": {"name": "no-such-controller", "namespace": NS}, "replicas": 1},
     })  # fmt: skip
     yield k8s_lab
+    # Gone before the next module looks: a namespace still terminating is a change to it
+    # (test_site_bad_inventory.py checks that a refused run changes nothing).
     k8s_lab.request("DELETE", f"/api/v1/namespaces/{NS}")
+    wait_until(
+        lambda: k8s_lab.request("GET", f"/api/v1/namespaces/{NS}")[0] == 404,
+        120,
+        f"the namespace {NS} deleted",
+        lambda: k8s_lab.request("GET", f"/api/v1/namespaces/{NS}")[1],
+    )
 
 
 def test_a_nodeset_that_does_not_roll_out_is_woken_each_round_and_named(
