@@ -387,12 +387,19 @@ def slinky_upgrade_report(
         raise AnsibleFilterError(str(err)) from None
 
 
-def nodeset_rollout_pending(nodesets: t.Any) -> list[str]:
-    """The NodeSets whose rollout is not complete, each with what it lacks; [] when settled."""
+def nodeset_rollout_pending(nodesets: t.Any, names: t.Any = False) -> list[str]:
+    """The NodeSets whose rollout is not complete, each with what it lacks (or, with
+    names=true, their names alone); [] when settled."""
     if not isinstance(nodesets, list) or not all(isinstance(n, dict) for n in nodesets):
         raise AnsibleFilterError(
             "nodeset_rollout_pending: expected the NodeSets as k8s_info returns them (resources)"
         )
+    if not isinstance(names, bool):
+        raise AnsibleFilterError(
+            f"nodeset_rollout_pending: expected names=true or names=false, not {names!r}"
+        )
+    if names:
+        return [name for name, _lacks in rollout.nodesets_rolling(nodesets)]
     return rollout.nodeset_rollout_pending(nodesets)
 
 

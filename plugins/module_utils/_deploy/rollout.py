@@ -28,19 +28,23 @@ def _count(status: Mapping[str, t.Any], key: str) -> int:
     return int(status.get(key) or 0)
 
 
-def nodeset_rollout_pending(nodesets: Iterable[Mapping[str, t.Any]]) -> list[str]:
-    """One line per NodeSet whose rollout is not complete (k8s_info resources in)."""
-    pending = []
+def nodesets_rolling(nodesets: Iterable[Mapping[str, t.Any]]) -> list[tuple[str, str]]:
+    """(name, what it lacks) of each NodeSet whose rollout is not complete (k8s_info
+    resources in), in their order."""
+    rolling = []
     for nodeset in nodesets:
         meta = nodeset.get("metadata") or {}
         status = nodeset.get("status") or {}
-        name = meta.get("name", "?")
+        name = str(meta.get("name", "?"))
         generation = int(meta.get("generation") or 0)
         observed = _count(status, "observedGeneration")
         if observed < generation:
-            pending.append(
-                f"NodeSet {name}: generation {generation} not yet seen by the operator "
-                f"(it last saw {observed or 'none'})"
+            rolling.append(
+                (
+                    name,
+                    f"generation {generation} not yet seen by the operator "
+                    f"(it last saw {observed or 'none'})",
+                )
             )
             continue
         replicas = _count(status, "replicas")
@@ -50,11 +54,19 @@ def nodeset_rollout_pending(nodesets: Iterable[Mapping[str, t.Any]]) -> list[str
         updated = _count(status, "updatedReplicas")
         ready = _count(status, "readyReplicas")
         if (replicas, updated, ready) != (desired, desired, desired):
-            pending.append(
-                f"NodeSet {name}: {replicas} of {desired} pods, {updated} of the newest "
-                f"revision, {ready} ready"
+            rolling.append(
+                (
+                    name,
+                    f"{replicas} of {desired} pods, {updated} of the newest revision, "
+                    f"{ready} ready",
+                )
             )
-    return pending
+    return rolling
+
+
+def nodeset_rollout_pending(nodesets: Iterable[Mapping[str, t.Any]]) -> list[str]:
+    """One line per NodeSet whose rollout is not complete (k8s_info resources in)."""
+    return [f"NodeSet {name}: {lacks}" for name, lacks in nodesets_rolling(nodesets)]
 
 
 def _node_state(node: Mapping[str, t.Any]) -> str:

@@ -84,6 +84,20 @@ def test_a_nodeset_the_operator_never_looked_at_has_not_settled() -> None:
     ]
 
 
+def test_the_names_of_the_nodesets_still_rolling_are_only_theirs_in_their_order() -> None:
+    nodesets = [
+        nodeset("slurm-worker-gpu", readyReplicas=1),
+        nodeset(),
+        {"metadata": {"name": "slurm-worker-burst", "generation": 1}, "spec": {}},
+    ]
+    assert nodeset_rollout_filter(nodesets, names=True) == [
+        "slurm-worker-gpu",
+        "slurm-worker-burst",
+    ]
+    assert nodeset_rollout_filter(nodesets) == nodeset_rollout_pending(nodesets)
+    assert nodeset_rollout_filter([nodeset()], names=True) == []
+
+
 def slurm_node(name: str, state: str = "IDLE", *flags: str, reason: str = "") -> dict[str, t.Any]:
     return {"name": name, "state": state, "state_flags": list(flags), "reason": reason}
 
@@ -133,6 +147,7 @@ def test_a_node_not_back_is_named_with_its_state(node: dict[str, t.Any], said: s
     [
         (lambda: nodeset_rollout_filter({"resources": []}), "nodeset_rollout_pending"),
         (lambda: nodeset_rollout_filter(["slurm-worker-hpc"]), "nodeset_rollout_pending"),
+        (lambda: nodeset_rollout_filter([], names="yes"), "nodeset_rollout_pending"),
         (lambda: slurm_nodes_filter({"nodes": []}, ["hpc-0"]), "slurm_nodes_not_back"),
         (lambda: slurm_nodes_filter([], "hpc-0"), "slurm_nodes_not_back"),
     ],
