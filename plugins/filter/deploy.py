@@ -11,6 +11,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy import mariadb, rollout
 from ansible_collections.hpcops.slinky.plugins.module_utils._deploy.errors import ConfigError
@@ -394,11 +395,13 @@ def nodeset_rollout_pending(nodesets: t.Any, names: t.Any = False) -> list[str]:
         raise AnsibleFilterError(
             "nodeset_rollout_pending: expected the NodeSets as k8s_info returns them (resources)"
         )
-    if not isinstance(names, bool):
+    try:
+        names_only = boolean(names, strict=True)
+    except TypeError:
         raise AnsibleFilterError(
             f"nodeset_rollout_pending: expected names=true or names=false, not {names!r}"
-        )
-    if names:
+        ) from None
+    if names_only:
         return [name for name, _lacks in rollout.nodesets_rolling(nodesets)]
     return rollout.nodeset_rollout_pending(nodesets)
 

@@ -94,7 +94,12 @@ def test_the_names_of_the_nodesets_still_rolling_are_only_theirs_in_their_order(
         "slurm-worker-gpu",
         "slurm-worker-burst",
     ]
-    assert nodeset_rollout_filter(nodesets) == nodeset_rollout_pending(nodesets)
+    # Ansible's spellings of a boolean, as for any bool option.
+    assert nodeset_rollout_filter(nodesets, names="yes") == nodeset_rollout_filter(nodesets, True)
+    assert nodeset_rollout_filter(nodesets, names="false") == [
+        "NodeSet slurm-worker-gpu: 2 of 2 pods, 2 of the newest revision, 1 ready",
+        "NodeSet slurm-worker-burst: generation 1 not yet seen by the operator (it last saw none)",
+    ]
     assert nodeset_rollout_filter([nodeset()], names=True) == []
 
 
@@ -147,7 +152,7 @@ def test_a_node_not_back_is_named_with_its_state(node: dict[str, t.Any], said: s
     [
         (lambda: nodeset_rollout_filter({"resources": []}), "nodeset_rollout_pending"),
         (lambda: nodeset_rollout_filter(["slurm-worker-hpc"]), "nodeset_rollout_pending"),
-        (lambda: nodeset_rollout_filter([], names="yes"), "nodeset_rollout_pending"),
+        (lambda: nodeset_rollout_filter([], names="sometimes"), "nodeset_rollout_pending"),
         (lambda: slurm_nodes_filter({"nodes": []}, ["hpc-0"]), "slurm_nodes_not_back"),
         (lambda: slurm_nodes_filter([], "hpc-0"), "slurm_nodes_not_back"),
     ],
