@@ -7,17 +7,18 @@ pytest process leaves a core idle. After the set-up, four lanes start together:
 * the checks: lint, sanity and the build checks (one make, at the lowest priority: nothing
   waits on them), log in .build/test-logs/;
 * the Slurm lab (a pytest process of its own, log in .build/test-logs/);
-* the kind scenarios (another, log in .build/test-logs/): they wait for the builds, then
-  mostly for kubelets, and start as soon as the builds are done, whatever else still runs;
+* the kind scenarios (another, log in .build/test-logs/): they wait for the kind node
+  image, then mostly for kubelets; molecule makes the cluster as soon as the node image is
+  built and waits for the rest of the builds only where it loads the images;
 * the unit tests, the Kubernetes lab (kwok) and the node_prep hosts, on this terminal: the
   node_prep hosts' Nodes live in the Kubernetes lab.
 
 The kind scenarios and node_prep share dockerd (tests/integration/docker_fixtures.py). As
 root, the lab's and kind's Go builds and root filesystems start first, in the background
 (log: .kind/prepare.log); the tests that need them wait on their locks. The lab's binaries,
-which the Kubernetes tests wait for on a cold machine, build first in line, then kind's,
-and the root filesystems beside the Go builds. The builds are the path everything else
-waits on (the kind scenarios, which mostly wait on kubelets, start only after them), so they
+which the Kubernetes tests wait for on a cold machine, build first in line, then the kind
+node's, then the rest, and the root filesystems beside the Go builds. The builds are the
+path everything else waits on (the kind scenarios load their images only after them), so they
 get most of the CPU while the tests fill the rest: their session is a scheduling group of
 its own (Linux's autogroup, where a process's niceness counts only within its group), given
 the weight of niceness BUILDS_GROUP_NICE.

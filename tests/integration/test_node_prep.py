@@ -116,6 +116,7 @@ def inventory(path: Path, report: Path, **overrides: t.Any) -> Path:
                         "ansible_connection": "community.docker.docker",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "ansible_become": False,  # root in the container, no sudo there
+                        "ansible_pipelining": True,  # as inventories/kind: a docker exec a task
                     },
                     "children": pools,
                 },

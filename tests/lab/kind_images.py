@@ -895,16 +895,14 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     nodes too; slurm-image-tag the tag of the
     Slurm images, mariadb-image-tag that of MariaDB; slinky-version that release.
     """
-    binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
+    stage_binaries()
     charts = {**k8s_binaries.slinky_charts(), **addon_charts()}
-    links = {f"bin/{name}": path for name, path in binaries.items()}
-    links.update({f"charts/{name}.tgz": path for name, path in charts.items()})
-    for sub in ("bin", "charts", "keda-crds", "prometheus-operator"):
+    for sub in ("charts", "keda-crds", "prometheus-operator"):
         shutil.rmtree(CHECKOUT_DIR / sub, ignore_errors=True)
-    for sub in ("bin", "charts", "prometheus-operator"):
+    for sub in ("charts", "prometheus-operator"):
         (CHECKOUT_DIR / sub).mkdir(parents=True)
-    for relative, target in links.items():
-        (CHECKOUT_DIR / relative).symlink_to(target)
+    for name, target in charts.items():
+        (CHECKOUT_DIR / "charts" / f"{name}.tgz").symlink_to(target)
     for path in k8s_binaries.prometheus_operator_manifests():
         target = CHECKOUT_DIR / "prometheus-operator" / f"{path.stem}.json"
         target.write_text(json.dumps(manifest_as_json(path)))
@@ -954,6 +952,17 @@ def stage_checkout(refs: dict[str, str]) -> Path:
     return CHECKOUT_DIR
 
 
+def stage_binaries() -> Path:
+    """bin/ of <repo>/.kind: kind, kubectl and helm, all that molecule's create and destroy
+    run before the images the cluster loads (create builds those: `build` below)."""
+    binaries = k8s_binaries.ensure(["kind", "kubectl", "helm"])
+    shutil.rmtree(CHECKOUT_DIR / "bin", ignore_errors=True)
+    (CHECKOUT_DIR / "bin").mkdir(parents=True)
+    for name, target in binaries.items():
+        (CHECKOUT_DIR / "bin" / name).symlink_to(target)
+    return CHECKOUT_DIR / "bin"
+
+
 class _ManifestLoader(yaml.SafeLoader):
     """YAML 1.1's `=` (the "value" type) read as the string it is in Kubernetes' YAML: the
     Prometheus operator's CRDs have `- =` in an enum, which PyYAML refuses."""
@@ -979,32 +988,9 @@ def addon_charts() -> dict[str, Path]:
     return charts
 
 
-# The Go builds behind the images (on top of the lab's own).
-KIND_BINARIES = (
-    "kubelet",
-    "kubeadm",
-    "kube-proxy",
-    "kind",
-    "crictl",
-    "kubeadm-etcd",
-    "coredns",
-    "slurm-operator-webhook",
-    *(
-        f"cert-manager-{p}"
-        for p in CERT_MANAGER_ENTRYPOINTS
-        if k8s_binaries.cert_manager_buildable()
-    ),
-    *KEDA_COMMANDS,
-    *(
-        f"slurm-bridge-{p}"
-        for p in k8s_binaries.SLURM_BRIDGE_PROGRAMS
-        if k8s_binaries.slurm_bridge_buildable()
-    ),
-    "prometheus-operator",
-    "prometheus-config-reloader",
-    "mariadb-operator",
-    *METALLB_IMAGES,
-)
+# The Go builds behind the node image (on top of the lab's control plane) and kind itself:
+# what molecule needs to make the cluster.
+NODE_BINARIES = ("kubelet", "kubeadm", "kube-proxy", "kind", "crictl", "kubeadm-etcd", "coredns")
 
 
 def prepare() -> float:
@@ -1015,10 +1001,12 @@ def prepare() -> float:
     Two paths at once, as they use different things: the Go builds take the CPU, the root
     filesystems (debootstrap and apt) mostly the network and the disk. The Go builds go in
     the order of what waits on them: the lab's binaries and operator (the Kubernetes tests),
-    then kind's, then the older Slinky operator (the upgrade test, the last Kubernetes
-    test). The roots that need no Go binary come first (node_prep's hosts among them); the
-    kind node's root, which carries the kubelet, after kind's binaries. How much of the CPU
-    this gets beside the tests is `make test`'s choice (tests/run_suite.py).
+    then the kind node's (molecule makes the cluster from the node image alone and builds
+    the images it loads meanwhile: create_kind.yml), then the operators and the rest, then
+    the older Slinky operator (the upgrade test, the last Kubernetes test). The roots that
+    need no Go binary come first (node_prep's hosts among them), then the kind node's, which
+    carries the kubelet. How much of the CPU this gets beside the tests is `make test`'s
+    choice (tests/run_suite.py).
     """
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
@@ -1026,7 +1014,7 @@ def prepare() -> float:
         # The lab's own binaries first, one lock at a time: a lab test that needs them then
         # either finds them built or takes the lock between two builds, never waits on ours.
         # helm before them (the Slurm lane's mirror test waits on it from its first minutes),
-        # then what `k8s_lab.py up` needs and the release the lab deploys, and pushgateway.
+        # then what `k8s_lab.py up` needs and the release the lab deploys.
         import k8s_lab  # noqa: PLC0415 - the lab's module is for this one call only
 
         k8s_binaries.ensure(["helm"])
@@ -1036,18 +1024,25 @@ def prepare() -> float:
         log(
             f"the Kubernetes lab's binaries ready in {k8s_binaries.format_duration(time.monotonic() - started)}"
         )
-        k8s_binaries.ensure([n for n in k8s_binaries.BINARIES if n not in KIND_BINARIES])
-        for name in KIND_BINARIES:
+        for name in NODE_BINARIES:
+            k8s_binaries.ensure([name])
+        # The node's root beside the next Go builds, after the other roots (one thread).
+        node = background.submit(locked_node_root)
+        for name in [n for n in k8s_binaries.BINARIES if n not in NODE_BINARIES]:
             k8s_binaries.ensure([name])
         addon_charts()
         k8s_binaries.prometheus_operator_manifests()
-        roots.result()  # its error, if any, is this one's
-    with build_lock():
-        node_root()
+        roots.result()  # their errors, if any, are this one's
+        node.result()
     # The older Slinky line last: its one user, the upgrade test, ends the Kubernetes tests
     # (tests/integration/conftest.py), well after kind's images are ready.
     k8s_binaries.ensure_slinky(k8s_binaries.SLINKY_VERSIONS)
     return time.monotonic() - started
+
+
+def locked_node_root() -> Path:
+    with build_lock():
+        return node_root()
 
 
 def prepare_roots() -> None:
@@ -1110,7 +1105,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         refs = ensure(args.only)
         for key, ref in refs.items():
             print(f"{key:<24}{ref}")
-        if not args.only:
+        if args.only:
+            stage_binaries()  # enough for molecule to make the cluster (create_kind.yml)
+        else:
             log(
                 f"staged the binaries, charts and image list for the kind inventory in {stage_checkout(refs)}"
             )
