@@ -65,7 +65,7 @@ def node_image(docker_engine: SessionEngine) -> str:
     images it loads (create_kind.yml), while the background builds of a cold run go on."""
     started = time.monotonic()
     try:
-        (ref,) = kind_images.ensure(["kind-node"]).values()
+        ref = kind_images.ensure(["kind-node"])["kind-node"]
         kind_images.stage_binaries()
     except LabError as err:
         pytest.fail(f"building the kind node image failed: {err}", pytrace=False)
