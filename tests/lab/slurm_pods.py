@@ -70,6 +70,7 @@ from toolbox import (
     chroot_setup,
     chroot_user,
     in_chroot,
+    logger,
     pids_in_chroot,
     sh,
     stop_pids,
@@ -86,7 +87,10 @@ SLINKY_RELEASE = dataclasses.replace(
     in_test_matrix=False,
 )
 BRIDGE = SLINKY_RELEASE.prefix
+log = logger("slinky-pods")
 FIRST_POD_HOST = 10
+# Looks at the chroot's processes when pods stop, until none is left in their namespaces.
+RELEASE_SCANS = 5
 # Where the operator, run with DEBUG=1, looks for slurmrestd.
 REST_ADDRESS = "127.0.0.1:6820"
 SLURM_IMAGES = ("slurmctld", "slurmdbd", "slurmrestd", "slurmd")
@@ -338,6 +342,11 @@ class SlinkyCluster:
         name = f"{BRIDGE}-{host}"
         if Path(f"/run/netns/{name}").exists():  # left by a runner that was killed
             sh("ip", "netns", "delete", name)
+        if Path(f"/sys/class/net/{name}").exists():
+            # The host end of a veth whose namespace a process still holds (release_pods
+            # says which); the pair goes with it, or no pod could have this address again.
+            log(f"deleting {name}, left by a stopped pod's namespace that is still in use")
+            sh("ip", "link", "delete", name, check=False)
         add_netns_on_bridge(name, BRIDGE, address)
         return name, address
 
@@ -355,11 +364,22 @@ class SlinkyCluster:
                     namespaces[os.stat(f"/run/netns/{pod.netns}").st_ino] = pod
         if not namespaces:
             return
-        stop_pids(
-            [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces],
-            in_chroot(self.root),
-            grace_s=2.0,
-        )
+        # A process forked just before its parent was killed (slurmd starting a slurmstepd
+        # when its Node is deleted) may appear after a look: look again until the
+        # namespaces are empty, as a kubelet stops a pod's whole cgroup. One left behind
+        # kept its namespace and the host end of its veth, and every pod given that address
+        # afterwards failed to start (a cold run: no lend succeeded after that test).
+        for scan in range(RELEASE_SCANS):
+            left = [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces]
+            if not left:
+                break
+            stop_pids(left, in_chroot(self.root), grace_s=2.0 if scan == 0 else 0.5)
+        else:
+            left = [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces]
+            if left:
+                log(
+                    f"processes {left} stay in the namespaces of {sorted(pod.name for pod in namespaces.values())}"
+                )
         for pod in namespaces.values():
             sh("ip", "netns", "delete", pod.netns, check=False)
             if pod.kind == "slurmd":
