@@ -294,9 +294,10 @@ def go_env(**extra: str) -> dict[str, str]:
         # Writable module cache, so `rm -rf $HPCOPS_LAB_CACHE` works; no DWARF from the
         # compiler (the link strips it anyway: -s -w): 7 % of a cold build (kwok, measured).
         "GOFLAGS": "-modcacherw -gcflags=all=-dwarf=false",
-        # The compiler's garbage collector at a quarter of its default pace: a fifth less CPU
-        # for a cold k8s.io/api build (user 43-49 s against 55-65 s, measured interleaved),
-        # for at most 0.6 GB per compile.
+        # The compiler's garbage collector at a quarter of its default pace, for at most
+        # 0.6 GB per compile: a cold k8s.io/api build took 43-53 s of user CPU against 55-65
+        # s (interleaved, beside other work); a whole cold `make test`'s Go builds 53.0
+        # core-minutes against 54.6 (runs of different load: less than it looked alone).
         "GOGC": os.environ.get("GOGC", "400"),
         # Never download another Go toolchain behind the user's back.
         "GOTOOLCHAIN": "local",
