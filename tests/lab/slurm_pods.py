@@ -364,22 +364,24 @@ class SlinkyCluster:
                     namespaces[os.stat(f"/run/netns/{pod.netns}").st_ino] = pod
         if not namespaces:
             return
+
         # A process forked just before its parent was killed (slurmd starting a slurmstepd
         # when its Node is deleted) may appear after a look: look again until the
         # namespaces are empty, as a kubelet stops a pod's whole cgroup. One left behind
         # kept its namespace and the host end of its veth, and every pod given that address
         # afterwards failed to start (a cold run: no lend succeeded after that test).
+        def left_behind() -> list[int]:
+            return [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces]
+
+        left = left_behind()
         for scan in range(RELEASE_SCANS):
-            left = [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces]
             if not left:
                 break
             stop_pids(left, in_chroot(self.root), grace_s=2.0 if scan == 0 else 0.5)
-        else:
-            left = [pid for pid in pids_in_chroot(self.root) if netns_inode(pid) in namespaces]
-            if left:
-                log(
-                    f"processes {left} stay in the namespaces of {sorted(pod.name for pod in namespaces.values())}"
-                )
+            left = left_behind()
+        if left:
+            names = sorted(pod.name for pod in namespaces.values())
+            log(f"processes {left} stay in the namespaces of {names}")
         for pod in namespaces.values():
             sh("ip", "netns", "delete", pod.netns, check=False)
             if pod.kind == "slurmd":
