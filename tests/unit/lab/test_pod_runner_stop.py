@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import typing as t
 from pathlib import Path
 
@@ -70,13 +71,20 @@ def running_pod(tmp_path: Path, name: str) -> pod_runner.RunningPod:
     """A pod whose program, when told to stop, writes down which preStop hooks had run."""
     hooks = tmp_path / "hooks"
     hooks.mkdir(exist_ok=True)
+    trapped = tmp_path / f"{name}.trapped"
     program = (
-        f"trap 'ls {hooks} > {tmp_path}/{name}.seen; exit 0' TERM; while :; do sleep 0.05; done"
+        f"trap 'ls {hooks} > {tmp_path}/{name}.seen; exit 0' TERM; touch {trapped};"
+        " while :; do sleep 0.05; done"
     )
     pod = pod_runner.RunningPod(
         uid=f"uid-{name}", name=f"slurm/{name}", argv=[], env={}, log_path=tmp_path / name
     )
     pod.process = subprocess.Popen(["sh", "-c", program])
+    # A TERM sent before the shell has set its trap kills it (-15): CI's loaded machine did.
+    deadline = time.monotonic() + 10
+    while not trapped.exists():
+        assert pod.process.poll() is None and time.monotonic() < deadline, "the shell never ran"
+        time.sleep(0.01)
     pod.slurm = t.cast(t.Any, Slurm(hooks, name))
     return pod
 
