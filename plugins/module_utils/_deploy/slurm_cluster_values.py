@@ -1115,14 +1115,19 @@ LOGFILE_COMMAND = (
     "set -eu\n"
     'fifo="${SOCKET:-/tmp/logfile.log}"\n'
     'child=""\n'
-    "trap 'kill $child 2>/dev/null || true; exit 0' TERM\n"
-    "trap 'kill $child 2>/dev/null || true; exit 1' INT HUP\n"
+    'stop=""\n'
+    "trap 'stop=0; kill $child 2>/dev/null || true' TERM\n"
+    "trap 'stop=1; kill $child 2>/dev/null || true' INT HUP\n"
+    # A signal that lands between a child's fork and `child=$!` finds the one before it:
+    # the look at $stop after the assignment stops the new one too.
+    'run() { "$@" & child=$!; [ -z "$stop" ] || kill "$child" 2>/dev/null || true; '
+    'wait "$child" || true; child=""; }\n'
     'mkdir -p "$(dirname "$fifo")"\n'
     '[ -p "$fifo" ] || { rm -f "$fifo"; mkfifo -m 777 "$fifo"; }\n'
-    "while :; do\n"
-    '  cat "$fifo" & child=$!; wait "$child" || true\n'
-    '  sleep 1 & child=$!; wait "$child" || true\n'
-    "done\n",
+    'while [ -z "$stop" ]; do run cat "$fifo"; [ -n "$stop" ] || run sleep 1; done\n'
+    # Reaped before the exit, so no reader outlives its shell (outside a container too).
+    "wait\n"
+    'exit "$stop"\n',
 )
 GRES_AUTODETECT = ("nvidia", "nvml", "rsmi", "oneapi", "off")
 
