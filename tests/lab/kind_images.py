@@ -637,7 +637,7 @@ def binary_inputs(*names: str) -> BinaryInputs:
 def next_to_build(images: Sequence[Image]) -> Image:
     """The first image whose Go binaries are built, else the first: on a cold machine the
     images of root filesystems (Slurm's, MariaDB's, slapd's, ready within minutes) are
-    imported while the operators still compile, not in line after the last of them (4.5
+    imported while the operators still compile, not in line after the last of them (4.4
     minutes of imports after the last Go build in a cold run of 2026-12-07)."""
     for image in images:
         if not isinstance(image.inputs, BinaryInputs) or image.inputs.built():
