@@ -763,8 +763,9 @@ KEDA_PROGRAMS = {
 # ScaledObjects use (prometheus, metrics-api) and the few that need no client library of
 # their own. KEDA links the clients of all its 77 scalers into one package (cloud SDKs,
 # Kafka, Temporal, Datadog, ...): its operator was the costliest cold build of the suite
-# (4.6 to 9.3 core-minutes, twice the source of kube-apiserver). A site runs the published
-# image; the lab's differs only in the triggers it refuses ("no scaler found for type").
+# (4.6 to 9.3 core-minutes). Without them it compiles 1,290 packages instead of 2,013. A site
+# runs the published image; the lab's differs only in the triggers it refuses ("no scaler
+# found for type").
 KEDA_LAB_TRIGGERS = (
     "prometheus",
     "metrics-api",
