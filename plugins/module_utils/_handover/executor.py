@@ -138,6 +138,10 @@ class _AlreadyKept(Exception):
     """The journal holds the admin's drain already: nothing to write."""
 
 
+class _AlreadyUnlabelled(Exception):
+    """The Node has no lent label: nothing to write."""
+
+
 class Refused(Exception):
     """The node may not take this step; the message says why."""
 
@@ -514,13 +518,17 @@ class Handover:
                 outcome.warnings.append(
                     f"the taint {self.markers.taint_key} was missing; put on again"
                 )
+            slurm_node = self.slurm.node(slurm_name)
 
         # Draining and waiting for the jobs may take until the deadline; a step resumed past
         # it still gets the time of a pod step to ride out an outage.
         self.slurm.until(
             max(deadline, self.clock() + self.settings.pod_timeout_s), outcome.warnings
         )
-        self._drain(slurm_name, outcome)
+        # As read for the deadline, the journal's write ago: a read more was a tenth of an idle
+        # reclaim in the lab. slurmrestd has no compare-and-set, so an admin's drain set
+        # between a read and the update is lost to ours either way; the window is 0.05 s wider.
+        self._drain(slurm_name, outcome, slurm_node)
         self._record_step(outcome, Step.DRAIN)
         drained = self._wait(
             lambda: self._drained_and_idle(slurm_name, outcome), max(deadline - self.clock(), 0.0)
@@ -543,8 +551,8 @@ class Handover:
         self._stop_slurmd(name, outcome)
         self._give_back(name, slurm_name, outcome)
 
-    def _drain(self, slurm_name: str, outcome: Outcome) -> None:
-        slurm_node = self.slurm.node(slurm_name)
+    def _drain(self, slurm_name: str, outcome: Outcome, slurm_node: JSON | None) -> None:
+        """Drain the Slurm node as last read (slurm_node; None: no such node)."""
         if slurm_node is None:
             return
         if "DRAIN" in slurm_node["state_flags"] and self.markers.is_our_reason(
@@ -623,7 +631,7 @@ class Handover:
             "DRAIN" in slurm_node["state_flags"] or slurm_node["state"] == "DOWN"
         ):
             outcome.warnings.append(f"Slurm node {slurm_name} lost its drain; drained it again")
-            self._drain(slurm_name, outcome)
+            self._drain(slurm_name, outcome, slurm_node)
             slurm_node = self.slurm.node(slurm_name)
         return slurm_drained(slurm_node)
 
@@ -768,9 +776,17 @@ class Handover:
 
     def _unlabel(self, name: str, outcome: Outcome) -> None:
         """No NodeSet selects the node any more, so no slurmd pod comes back to it."""
-        if has_label(self._read_node(name), self.markers):
-            self._transition(name, lambda current: node_patch(current, self.markers, label=False))
-            self._record_step(outcome, Step.UNLABEL, "", f"label {self.markers.lend_label} removed")
+
+        def unlabelled(current: JSON) -> JSON:
+            if not has_label(current, self.markers):
+                raise _AlreadyUnlabelled
+            return node_patch(current, self.markers, label=False)
+
+        try:  # one read of the Node, not a look and then the transition's own
+            self._transition(name, unlabelled)
+        except _AlreadyUnlabelled:
+            return
+        self._record_step(outcome, Step.UNLABEL, "", f"label {self.markers.lend_label} removed")
 
     def _delete_slurmd_pods(self, name: str, grace_period_s: int | None = None) -> float:
         """Delete the node's slurmd pods, with their own termination grace or the one given
