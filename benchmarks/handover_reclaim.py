@@ -298,7 +298,7 @@ class Bench:
                 inner = handover.slurm.inner
                 shared = inner if isinstance(inner, SharedNodeReads) else None
                 reads_before = shared.reads if shared else 0
-                deletes_before = shared.delete_calls if shared else 0
+                writes_before = dict(shared.calls) if shared else {}
                 with ThreadPoolExecutor(max_workers=1) as looker:
                     started = time.perf_counter()
                     ran = looker.submit(self.all_running_at, count)
@@ -326,8 +326,9 @@ class Bench:
                 if shared:
                     print(
                         f"    reads of all Slurm nodes shared by the workers: "
-                        f"{shared.reads - reads_before}; calls deleting node records: "
-                        f"{shared.delete_calls - deletes_before}",
+                        f"{shared.reads - reads_before}; calls draining nodes: "
+                        f"{shared.calls['update'] - writes_before['update']}, deleting their "
+                        f"records: {shared.calls['delete'] - writes_before['delete']}",
                         flush=True,
                     )
                 results.append((elapsed, slowest))

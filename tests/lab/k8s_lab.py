@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -56,6 +57,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -73,7 +75,6 @@ from toolbox import (
     LabError,
     RunDirState,
     health,
-    http_json,
     is_zombie,
     logger,
     pid_exe,
@@ -515,6 +516,7 @@ class K8sLab(RunDirState):
         self.url = f"https://{HOST}:{APISERVER_PORT}"
         self.kubeconfig_path = KUBECONFIG_PATH
         self.node_names = [node.name for node in NODES]
+        self._connections = threading.local()  # each thread's kept-alive connection
 
     # ---- paths and state -------------------------------------------------------------
 
@@ -549,20 +551,66 @@ class K8sLab(RunDirState):
     ) -> tuple[int, Any]:
         """Call the apiserver with the admin token (or the given one, "" for none).
 
-        Returns (HTTP status, parsed JSON body or raw text).
+        Returns (HTTP status, parsed JSON body or raw text). Each thread keeps its connection
+        alive: a new TLS connection per request was 32 ms against 4 ms on a busy machine, and
+        the tests and the pod runner make thousands.
         """
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)  # noqa: S310
+        headers = {}
         bearer = self.token() if token is None else token
         if bearer:
-            req.add_header("Authorization", f"Bearer {bearer}")
+            headers["Authorization"] = f"Bearer {bearer}"
         if data is not None:
-            req.add_header("Content-Type", content_type)
+            headers["Content-Type"] = content_type
+        for _attempt in range(2):
+            connection, reused = self._connection(method, path, timeout)
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                response = connection.getresponse()
+                status, raw = response.status, response.read()
+            except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError) as err:
+                # http.client.RemoteDisconnected is a ConnectionResetError.
+                connection.close()
+                self._connections.connection = None
+                if reused:
+                    continue  # closed while idle, or the apiserver restarted: once more, anew
+                raise LabError(f"{method} {self.url}{path}: {err}") from None
+            except (OSError, http.client.HTTPException) as err:  # refused, timed out, garbled
+                connection.close()
+                self._connections.connection = None
+                raise LabError(f"{method} {self.url}{path}: {err}") from None
+            if response.will_close:
+                connection.close()
+                self._connections.connection = None
+            text = raw.decode(errors="replace")
+            try:
+                return status, json.loads(text)
+            except ValueError:
+                return status, text
+        raise LabError(f"{method} {self.url}{path}: the connection closed twice")
+
+    def _connection(
+        self, method: str, path: str, timeout: float
+    ) -> tuple[http.client.HTTPSConnection, bool]:
+        """This thread's connection to the apiserver, and whether it served a request before.
+        A new one checks the server with the CA as it is now (each fresh `up` makes one)."""
+        local = self._connections
+        connection = getattr(local, "connection", None)
+        if connection is not None and local.pid == os.getpid():
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+                return connection, True
+            return connection, False
         try:
             context = ssl.create_default_context(cafile=str(self.ca_path))
         except OSError as err:  # no CA file: the lab is not up
             raise LabError(f"{method} {self.url}{path}: {err}") from None
-        return http_json(req, timeout, context)
+        connection = http.client.HTTPSConnection(
+            HOST, APISERVER_PORT, timeout=timeout, context=context
+        )
+        local.connection, local.pid = connection, os.getpid()
+        return connection, False
 
     def get(self, path: str) -> dict[str, Any]:
         """GET as admin: the body, or LabError unless HTTP 200."""

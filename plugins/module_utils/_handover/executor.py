@@ -167,6 +167,10 @@ class Handover:
     ) -> None:
         self.kube = kube
         self.slurm = PatientSlurm(slurm, clock, sleep)
+        # The operation id of the handovers begun here (the nodes a run lends, or reclaims,
+        # together): their drains then carry one reason and go to slurmctld as one update
+        # (SharedNodeReads); 32 drains of their own were 1.1 s of a 32-node reclaim.
+        self.op = new_op()
         self.settings = settings
         self.markers = settings.markers
         self.clock = clock
@@ -329,7 +333,7 @@ class Handover:
             self._refuse_unless_lendable(node, self.kube.pods_on(name))
             if self._stop_in_check_mode(outcome, HandoverResult.LENT, LEND_STEPS):
                 return
-            op = new_op()
+            op = self.op
             outcome.op = op
 
             def lending(current: JSON) -> JSON:
@@ -468,7 +472,7 @@ class Handover:
         if journal.state in (JournalState.FREE, JournalState.LENDING, JournalState.LENT):
             if self._stop_in_check_mode(outcome, HandoverResult.FREE, RECLAIM_STEPS):
                 return
-            op = new_op()
+            op = self.op
             slurm_node = self.slurm.node(slurm_name)
             partitions = slurm_node["partitions"] if slurm_node else []
             deadline = grace_deadline(partitions, self.settings.policy, self.clock())

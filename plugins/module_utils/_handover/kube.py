@@ -16,12 +16,12 @@ import typing as t
 from collections.abc import Callable, Mapping
 
 from ansible_collections.hpcops.slinky.plugins.module_utils._k8s.client import (
-    await_change,
     delete_object,
     get_object,
     list_objects,
     list_with_version,
     patch_object,
+    watch_changes,
     write_object,
 )
 
@@ -67,8 +67,8 @@ class KubernetesCalls:
         self, name: str, done: Callable[[list[JSON]], bool], timeout_s: float
     ) -> bool:
         """Whether done(the pods on the node) turned true within timeout_s. Looked at
-        whenever those pods change (a watch), so a pod that goes is seen as it goes, not at
-        the next poll."""
+        whenever those pods change (a watch, each change applied to what was listed), so a
+        pod that goes is seen as it goes, not at the next poll or the next list."""
         deadline = time.monotonic() + timeout_s
         selector = f"spec.nodeName={name}"
         while True:
@@ -78,9 +78,22 @@ class KubernetesCalls:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if not await_change(
+            current = {pod["metadata"]["uid"]: pod for pod in pods}
+            changed = False
+            for change, pod in watch_changes(
                 self.client, "v1", "Pod", version, remaining, field_selector=selector
             ):
+                changed = True
+                uid = pod.get("metadata", {}).get("uid", "")
+                if change == "DELETED":
+                    current.pop(uid, None)
+                else:
+                    current[uid] = pod
+                if done(list(current.values())):
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+            if not changed:
                 # No change, or no watch to be had: a short pause before the next look.
                 time.sleep(min(WATCHLESS_PAUSE_S, max(deadline - time.monotonic(), 0.0)))
 

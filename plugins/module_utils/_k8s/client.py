@@ -50,6 +50,9 @@ except ImportError:
     TRANSPORT_ERRORS = ()
 
 
+JSON = dict[str, t.Any]
+
+
 class KubernetesError(Exception):
     """A Kubernetes call failed; the message says which and why."""
 
@@ -95,7 +98,7 @@ def list_with_version(
     return items, str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def await_change(
+def watch_changes(
     client: t.Any,
     api_version: str,
     kind: str,
@@ -103,17 +106,18 @@ def await_change(
     timeout_s: float,
     namespace: str | None = None,
     **selectors: str,
-) -> bool:
-    """Wait for the first change to the selection after resource_version, at most about
-    timeout_s (whole seconds, the apiserver's unit): True when one came, False when none
-    did or the watch could not be opened or was cut off. A wake-up only: the caller looks
-    again either way, so a lost watch costs time, never a wrong answer."""
+) -> t.Iterator[tuple[str, JSON]]:
+    """The changes to the selection after resource_version, as (ADDED, MODIFIED or DELETED,
+    the object), for at most about timeout_s (whole seconds, the apiserver's unit). Ends
+    early, without an error, when the watch cannot be opened or is cut off (the version too
+    old, the connection lost): the caller looks again, so a lost watch costs time, never a
+    wrong answer."""
     if Watch is None or not resource_version:
-        return False
+        return
     watcher = Watch()
     try:
         resource = client.resource(kind, api_version)
-        for _event in client.client.watch(
+        for event in client.client.watch(
             resource,
             namespace=namespace,
             resource_version=resource_version,
@@ -121,12 +125,13 @@ def await_change(
             watcher=watcher,
             **selectors,
         ):
-            return True
+            change, body = event.get("type"), event.get("raw_object")
+            if change in ("ADDED", "MODIFIED", "DELETED") and isinstance(body, dict):
+                yield change, body
     except (CoreException, DynamicApiError, ApiException, *TRANSPORT_ERRORS):
-        return False  # the version too old (410), the connection cut: look again
+        return  # the version too old (410), the connection cut: look again
     finally:
         watcher.stop()
-    return False
 
 
 def _reason(err: Exception) -> str:

@@ -176,11 +176,13 @@ def delete_together(slurm: DeletingSlurm, names: list[str]) -> dict[str, Excepti
     others = [threading.Thread(target=delete, args=(name,)) for name in names[1:]]
     for worker in others:
         worker.start()
-    wait_for(lambda: len(reads._deletes_asked) == len(others), "the other deletes to be asked")
+    wait_for(
+        lambda: len(reads._asked[("delete", "")]) == len(others), "the other deletes to be asked"
+    )
     slurm.release.set()
     for worker in [first, *others]:
         worker.join(5)
-    assert reads.delete_calls == len(slurm.calls)
+    assert reads.calls["delete"] == len(slurm.calls)
     return answers
 
 
@@ -205,8 +207,53 @@ def test_a_delete_alone_is_one_call_for_its_node() -> None:
     slurm.release.set()
     reads = SharedNodeReads(slurm, max_age_s=1)
     reads.delete_node("int07")
-    assert slurm.calls == ["int07"] and reads.delete_calls == 1
+    assert slurm.calls == ["int07"] and reads.calls["delete"] == 1
     refused = DeletingSlurm(refused=("int08",))
     refused.release.set()
     with pytest.raises(SlurmRestError, match="int08"):
         SharedNodeReads(refused, max_age_s=1).delete_node("int08")
+
+
+class UpdatingSlurm:
+    """The update calls a SharedNodeReads makes, as (node or host list, reason); the first
+    waits until `release` is set, so that the other workers ask meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.release = threading.Event()
+
+    def update_node(self, name: str, changes: dict[str, t.Any]) -> None:
+        first = not self.calls
+        self.calls.append((name, changes["reason"]))
+        if first:
+            assert self.release.wait(5)
+
+
+def test_updates_with_the_same_changes_go_in_one_call_others_in_their_own() -> None:
+    slurm = UpdatingSlurm()
+    reads = SharedNodeReads(slurm, max_age_s=1)
+
+    def drain(name: str, reason: str) -> threading.Thread:
+        worker = threading.Thread(
+            target=reads.update_node, args=(name, {"state": ["DRAIN"], "reason": reason})
+        )
+        worker.start()
+        return worker
+
+    first = drain("int01", "hpcops: reclaim run-a")
+    wait_for(lambda: bool(slurm.calls), "the first update to be sent")
+    others = [drain(f"int{i:02d}", "hpcops: reclaim run-a") for i in range(2, 33)]
+    others.append(drain("int33", "hpcops: reclaim run-b"))  # a node resumed from another run
+    wait_for(
+        lambda: sum(len(asked) for asked in reads._asked.values()) == len(others),
+        "the other updates to be asked",
+    )
+    slurm.release.set()
+    for worker in [first, *others]:
+        worker.join(5)
+    assert slurm.calls[0] == ("int01", "hpcops: reclaim run-a")
+    assert sorted(slurm.calls[1:]) == [
+        ("int33", "hpcops: reclaim run-b"),
+        ("int[02-32]", "hpcops: reclaim run-a"),
+    ]
+    assert reads.calls == {"update": 3, "delete": 0}
