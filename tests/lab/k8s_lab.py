@@ -76,6 +76,7 @@ from toolbox import (
     RunDirState,
     health,
     is_zombie,
+    json_or_text,
     logger,
     pid_exe,
     port_free,
@@ -582,11 +583,7 @@ class K8sLab(RunDirState):
             if response.will_close:
                 connection.close()
                 self._connections.connection = None
-            text = raw.decode(errors="replace")
-            try:
-                return status, json.loads(text)
-            except ValueError:
-                return status, text
+            return status, json_or_text(raw)
         raise LabError(f"{method} {self.url}{path}: the connection closed twice")
 
     def _connection(

@@ -161,11 +161,16 @@ def http_json(
         status, raw = err.code, err.read()
     except OSError as err:  # URLError, refused, timeout, certificate (ssl.SSLError)
         raise LabError(f"{req.get_method()} {req.full_url}: {err}") from None
+    return status, json_or_text(raw)
+
+
+def json_or_text(raw: bytes) -> Any:
+    """An HTTP body, parsed as JSON, or its text when it is not JSON."""
     text = raw.decode(errors="replace")
     try:
-        return status, json.loads(text)
+        return json.loads(text)
     except ValueError:
-        return status, text
+        return text
 
 
 # --------------------------------------------------------------------------------------
