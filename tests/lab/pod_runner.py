@@ -31,8 +31,9 @@ Known pods (by the last path element of a container image's repository):
 
 A pod the runner runs carries its annotation ``lab.hpcops.io/run-by`` (set before its
 program starts), which keeps kwok's own deletion stage off it: as a kubelet does, the runner
-runs the preStop hooks of the pods being deleted, stops their programs (all at once, as
-each node's kubelet would) and only then deletes the pod objects with no grace left.  So
+runs the preStop hooks of the pods being deleted, stops their programs (each as soon as it
+is seen deleted, as each node's kubelet would: the runner follows the stops while it goes on
+looking, it never waits on one) and only then deletes the pod objects with no grace left.  So
 nothing that watches pods sees one go while its program still runs.  A watch on the pods
 wakes the runner as soon as one changes; it lists them at least every POLL_S seconds.
 
@@ -80,7 +81,7 @@ REFRESH_S = 5.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STOP_GRACE_S = 10.0
 # Pods whose programs stopped are deleted side by side, by at most this many calls at once.
-DELETE_WORKERS = 8
+DELETE_WORKERS = 16
 TOKEN_LIFETIME_S = 24 * 3600
 # Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
 OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
@@ -103,6 +104,9 @@ SLURMD_PORT = 6818
 PROBE_TIMEOUT_S = 1.0
 # How soon the runner looks again while a readiness probe waits for its answer.
 PROBE_LOOK_S = 0.1
+# How soon it looks again while pods stop (their preStop hooks run, their programs end): a
+# stop is followed, never waited for, so that pods deleted meanwhile start stopping at once.
+STOP_LOOK_S = 0.05
 
 
 def log(message: str) -> None:
@@ -142,6 +146,17 @@ def operator_binary(image: str) -> Path:
 
 
 @dataclass
+class Stopping:
+    """A pod on its way out, as a kubelet stops it: its preStop hook (hook), then SIGTERM
+    to its program and SIGKILL at the deadline; done when the program has ended."""
+
+    pod: RunningPod
+    deadline: float
+    hook: subprocess.Popen[str] | None = None
+    terminated: bool = False
+
+
+@dataclass
 class RunningPod:
     """One pod run as a host process."""
 
@@ -177,6 +192,11 @@ class PodRunner:
     def __init__(self, lab: Any) -> None:
         self.lab = lab
         self.pods: dict[str, RunningPod] = {}
+        self.ending: dict[str, Stopping] = {}  # by uid: pods whose programs are stopping
+        # Pod objects deleted side by side, as the kubelets of their nodes would, while the
+        # runner goes on looking; its threads keep their connections to the apiserver.
+        self.deleter = ThreadPoolExecutor(max_workers=DELETE_WORKERS)
+        self.deleting: set[str] = set()  # uids deleted or being deleted, while listed
         self.pod_dir = lab.run_dir / "pods"
         self.log_dir = lab.run_dir / "log" / "pods"
         self.stopping = False
@@ -345,25 +365,30 @@ class PodRunner:
         machine_gone = {
             uid for uid, manifest in wanted.items() if manifest["spec"].get("nodeName") not in nodes
         }
-        hosts_changed = False
         ending = [uid for uid in self.pods if uid not in wanted or uid in machine_gone]
         if ending:
-            stopped = [self.pods.pop(uid) for uid in ending]
-            self.stop_all(stopped, hooks={uid: uid not in machine_gone for uid in ending})
-            hosts_changed |= any(pod.slurm is not None for pod in stopped)
+            self.start_stopping(
+                [self.pods.pop(uid) for uid in ending],
+                hooks={uid: uid not in machine_gone for uid in ending},
+            )
+        stopped = self.follow_stops()
+        hosts_changed = any(pod.slurm is not None for pod in stopped)
         # Pods of ours that are being deleted and whose programs have stopped (just now, or
-        # before a restart of the runner): the kubelet's last word, the object goes.
+        # before a restart of the runner): the kubelet's last word, the object goes. A delete
+        # that went through is not sent again while a list still shows the pod.
+        self.deleting.intersection_update(running)
         self.delete_terminated(
             [
                 manifest
                 for uid, manifest in running.items()
                 if uid not in self.pods
+                and uid not in self.ending
                 and manifest["metadata"].get("deletionTimestamp")
                 and self.runs(manifest)
             ]
         )
         for uid, manifest in wanted.items():
-            if uid in machine_gone or uid in self.pods:
+            if uid in machine_gone or uid in self.pods or uid in self.ending:
                 continue
             try:
                 spec = self.spec_for(manifest)
@@ -446,15 +471,19 @@ class PodRunner:
 
     def delete_terminated(self, manifests: list[dict[str, Any]]) -> None:
         """Delete pods whose programs have stopped, with no grace left, as a kubelet does
-        once its containers have ended (only those pods: each uid is a precondition). Side
-        by side, as the kubelets of their nodes would, not one after the other."""
-        if len(manifests) > 1:
-            with ThreadPoolExecutor(max_workers=min(len(manifests), DELETE_WORKERS)) as pool:
-                list(pool.map(self.delete_one_terminated, manifests))
-        elif manifests:
-            self.delete_one_terminated(manifests[0])
+        once its containers have ended (only those pods: each uid is a precondition). Never
+        waited for: the next look leaves alone the deletes still under way."""
+        for manifest in manifests:
+            uid = manifest["metadata"]["uid"]
+            if uid in self.deleting:
+                continue
+            self.deleting.add(uid)
+            self.deleter.submit(self.delete_one_terminated, manifest).add_done_callback(
+                lambda done, uid=uid: done.result() or self.deleting.discard(uid)
+            )
 
-    def delete_one_terminated(self, manifest: dict[str, Any]) -> None:
+    def delete_one_terminated(self, manifest: dict[str, Any]) -> bool:
+        """Delete one pod; False when the apiserver refused (the next look tries again)."""
         meta = manifest["metadata"]
         status, body = self.lab.request(
             "DELETE",
@@ -463,14 +492,17 @@ class PodRunner:
         )
         if status not in (200, 404, 409):  # 404/409: gone already, or a new pod of that name
             log(f"deleting {meta['namespace']}/{meta['name']} answered {status}: {body}")
-        else:
-            log(f"deleted {meta['namespace']}/{meta['name']}")
+            return False
+        log(f"deleted {meta['namespace']}/{meta['name']}")
+        return True
 
     def wait_for_change(self, resource_version: str, timeout_s: float = POLL_S) -> None:
         """Sleep until a pod changes after resource_version, at most timeout_s: a watch used
         only to wake the loop (the next look lists the pods anew)."""
         deadline = time.monotonic() + timeout_s
         time.sleep(MIN_SYNC_GAP_S)
+        if time.monotonic() >= deadline:  # a look due this soon needs no watch
+            return
         req = urllib.request.Request(  # noqa: S310 - the lab's own apiserver
             f"{self.lab.url}/api/v1/pods?{RUNNING_SELECTOR}&watch=true"
             f"&resourceVersion={resource_version}&allowWatchBookmarks=false",
@@ -519,7 +551,8 @@ class PodRunner:
                 env=pod.env,
                 cwd=pod.cwd,
                 start_new_session=True,
-                # The runner has no threads, so a preexec function is safe here.
+                # Safe beside the runner's deleting threads: the function makes system
+                # calls only, and takes no lock one of them could hold at the fork.
                 preexec_fn=pod.preexec(),  # noqa: PLW1509
             )
         what = describe(pod.slurm) if pod.slurm else pod.argv[0]
@@ -571,61 +604,74 @@ class PodRunner:
             return
         log(f"{pod.name}: {'Ready' if pod.ready else 'not Ready'} ({pod.ready_url})")
 
-    def stop_all(self, pods: list[RunningPod], *, hooks: dict[str, bool]) -> None:
-        """Stop pods at once, as their nodes' kubelets would: every preStop hook, then
-        SIGTERM to every program, SIGKILL to what is left after STOP_GRACE_S. The look
-        that stopped them then deletes the pod objects that wait for it."""
-        alive = [pod for pod in pods if pod.process is not None and pod.process.poll() is None]
+    def start_stopping(self, pods: list[RunningPod], *, hooks: dict[str, bool]) -> None:
+        """Begin to stop pods, as their nodes' kubelets would: a pod whose Node is gone is
+        killed (no hook, no grace); the others' preStop hooks start, each followed by
+        SIGTERM to its program once it ends or has had STOP_GRACE_S. follow_stops takes
+        them on from there."""
         log(f"stopping {', '.join(pod.name for pod in pods)}")
+        now = time.monotonic()
         for pod in pods:
             if pod.probe is not None:
                 pod.probe.close()
                 pod.probe = None
-        for pod in alive:
-            if not hooks[pod.uid] and pod.process is not None:
-                pod.process.kill()  # the machine is gone: no hook, no grace
-                log(
-                    f"{pod.name}: its Node is gone; killed pid {pod.process.pid} without its preStop hook"
-                )
-        self.run_pre_stop_hooks([pod for pod in alive if hooks[pod.uid]])
-        for pod in alive:
-            if pod.process is not None and pod.process.poll() is None:
-                pod.process.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for pod in alive:
+            stopping = Stopping(pod, deadline=now + STOP_GRACE_S)
+            self.ending[pod.uid] = stopping
             process = pod.process
-            if process is None:
+            if process is None or process.poll() is not None:
                 continue
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if not hooks[pod.uid]:
+                process.kill()
+                log(
+                    f"{pod.name}: its Node is gone; killed pid {process.pid} without its preStop hook"
+                )
+            elif pod.slurm and pod.slurm.pre_stop:
+                stopping.hook = pod.slurm.start_exec(*pod.slurm.pre_stop)
+
+    def follow_stops(self) -> list[RunningPod]:
+        """Take each stopping pod a step on (its hook ended or out of time: SIGTERM; its
+        grace over: SIGKILL) and clean up after those whose programs have ended; those pods."""
+        now = time.monotonic()
+        stopped = []
+        for uid, stopping in list(self.ending.items()):
+            pod, process = stopping.pod, stopping.pod.process
+            if stopping.hook is not None:
+                if stopping.hook.poll() is None and now < stopping.deadline:
+                    continue
+                self.end_hook(pod, stopping.hook)
+                stopping.hook = None
+                stopping.deadline = now + STOP_GRACE_S
+            if process is not None and process.poll() is None:
+                if not stopping.terminated:
+                    process.terminate()
+                    stopping.terminated = True
+                    continue
+                if now < stopping.deadline:
+                    continue
                 process.kill()
                 process.wait()
-            log(f"stopped {pod.name} (pid {process.pid})")
-        for pod in pods:
+            if process is not None:
+                log(f"stopped {pod.name} (pid {process.pid})")
             for path in pod.files:
                 path.unlink(missing_ok=True)  # the service account token goes with the pod
-        self.slinky.release_pods([(pod.uid, pod.slurm) for pod in pods if pod.slurm is not None])
+            del self.ending[uid]
+            stopped.append(pod)
+        # One release for the pods that ended in this look: a scan of the chroot's processes.
+        self.slinky.release_pods([(pod.uid, pod.slurm) for pod in stopped if pod.slurm is not None])
+        return stopped
 
     @staticmethod
-    def run_pre_stop_hooks(pods: list[RunningPod]) -> None:
-        """The pods' preStop hooks, side by side, each for at most STOP_GRACE_S."""
-        running_hooks = [
-            (pod, pod.slurm.start_exec(*pod.slurm.pre_stop))
-            for pod in pods
-            if pod.slurm and pod.slurm.pre_stop
-        ]
-        deadline = time.monotonic() + STOP_GRACE_S
-        for pod, hook in running_hooks:
-            try:
-                _out, err = hook.communicate(timeout=max(0.0, deadline - time.monotonic()))
-                log(f"{pod.name}: preStop hook exited with {hook.returncode} {err.strip()}")
-            except subprocess.TimeoutExpired:
-                # A kubelet stops the container all the same once the hook has had its time
-                # (slurmctld being replaced at that moment leaves scontrol waiting).
-                hook.kill()
-                hook.communicate()
-                log(f"{pod.name}: preStop hook still running after {STOP_GRACE_S:g} s: killed")
+    def end_hook(pod: RunningPod, hook: subprocess.Popen[str]) -> None:
+        """A preStop hook that ended, or has had its STOP_GRACE_S: a kubelet stops the
+        container all the same (slurmctld being replaced at that moment leaves scontrol
+        waiting)."""
+        if hook.poll() is None:
+            hook.kill()
+            hook.communicate()
+            log(f"{pod.name}: preStop hook still running after {STOP_GRACE_S:g} s: killed")
+            return
+        _out, err = hook.communicate()
+        log(f"{pod.name}: preStop hook exited with {hook.returncode} {err.strip()}")
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.on_signal)
@@ -638,12 +684,21 @@ class PodRunner:
                 log(f"sync failed: {err}")
                 time.sleep(SYNC_RETRY_S)
                 continue
-            # Until the next look is due: a probe's, or the volumes' refresh, or POLL_S.
+            # Until the next look is due: a stop's, a probe's, the volumes' refresh, or POLL_S.
             until_refresh = max(PROBE_LOOK_S, self.next_refresh - time.monotonic())
-            wait_s = PROBE_LOOK_S if self.probing() else min(POLL_S, until_refresh)
+            if self.ending:
+                wait_s = STOP_LOOK_S
+            elif self.probing():
+                wait_s = PROBE_LOOK_S
+            else:
+                wait_s = min(POLL_S, until_refresh)
             self.wait_for_change(resource_version, wait_s)
-        self.stop_all(list(self.pods.values()), hooks=dict.fromkeys(self.pods, True))
+        self.start_stopping(list(self.pods.values()), hooks=dict.fromkeys(self.pods, True))
         self.pods.clear()
+        while self.ending:
+            self.follow_stops()
+            time.sleep(STOP_LOOK_S)
+        self.deleter.shutdown(wait=True)
         log("stopped")
 
     def on_signal(self, signum: int, _frame: object) -> None:
