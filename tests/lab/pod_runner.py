@@ -483,13 +483,18 @@ class PodRunner:
             )
 
     def delete_one_terminated(self, manifest: dict[str, Any]) -> bool:
-        """Delete one pod; False when the apiserver refused (the next look tries again)."""
+        """Delete one pod; False when the apiserver refused or did not answer (the next
+        look tries again)."""
         meta = manifest["metadata"]
-        status, body = self.lab.request(
-            "DELETE",
-            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-            {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
-        )
+        try:
+            status, body = self.lab.request(
+                "DELETE",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )
+        except LabError as err:  # the apiserver restarting
+            log(f"deleting {meta['namespace']}/{meta['name']} failed: {err}")
+            return False
         if status not in (200, 404, 409):  # 404/409: gone already, or a new pod of that name
             log(f"deleting {meta['namespace']}/{meta['name']} answered {status}: {body}")
             return False
@@ -682,6 +687,7 @@ class PodRunner:
                 resource_version = self.sync()
             except LabError as err:  # the apiserver restarting: try again next round
                 log(f"sync failed: {err}")
+                self.follow_stops()  # stopping pods need no apiserver
                 time.sleep(SYNC_RETRY_S)
                 continue
             # Until the next look is due: a stop's, a probe's, the volumes' refresh, or POLL_S.
