@@ -662,7 +662,9 @@ class PodRunner:
             del self.ending[uid]
             stopped.append(pod)
         # One release for the pods that ended in this look: a scan of the chroot's processes.
-        self.slinky.release_pods([(pod.uid, pod.slurm) for pod in stopped if pod.slurm is not None])
+        released = [(pod.uid, pod.slurm) for pod in stopped if pod.slurm is not None]
+        if released:
+            self.slinky.release_pods(released)
         return stopped
 
     @staticmethod
