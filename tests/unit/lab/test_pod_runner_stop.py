@@ -18,6 +18,8 @@ import typing as t
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
 
 import k8s_lab
@@ -69,6 +71,21 @@ class Slinky:
         return []
 
 
+PROGRAMS: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_program_left() -> t.Iterator[None]:
+    """A test that fails before the runner stopped its pods must not leave their shells
+    looping (a red run once left 14 of them behind)."""
+    yield
+    while PROGRAMS:
+        program = PROGRAMS.pop()
+        if program.poll() is None:
+            program.kill()
+            program.wait()
+
+
 def running_pod(tmp_path: Path, name: str) -> pod_runner.RunningPod:
     """A pod whose program, when told to stop, writes down which preStop hooks had run."""
     hooks = tmp_path / "hooks"
@@ -82,6 +99,7 @@ def running_pod(tmp_path: Path, name: str) -> pod_runner.RunningPod:
         uid=f"uid-{name}", name=f"slurm/{name}", argv=[], env={}, log_path=tmp_path / name
     )
     pod.process = subprocess.Popen(["sh", "-c", program])
+    PROGRAMS.append(pod.process)
     # A TERM sent before the shell has set its trap kills it (-15): CI's loaded machine did.
     deadline = time.monotonic() + 10
     while not trapped.exists():
