@@ -53,6 +53,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +146,20 @@ def operator_binary(image: str) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class PodObject:
+    """Which pod object to delete: its uid is the delete's precondition."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> PodObject:
+        meta = manifest["metadata"]
+        return cls(meta["namespace"], meta["name"], meta["uid"])
+
+
 @dataclass
 class Stopping:
     """A pod on its way out, as a kubelet stops it: its preStop hook (hook), then SIGTERM
@@ -154,6 +169,9 @@ class Stopping:
     deadline: float
     hook: subprocess.Popen[str] | None = None
     terminated: bool = False
+    # The pod object was deleted (not its Node, not the runner stopping): it goes as soon as
+    # the program has ended, without waiting for the next list.
+    delete_object: bool = False
 
 
 @dataclass
@@ -370,6 +388,7 @@ class PodRunner:
             self.start_stopping(
                 [self.pods.pop(uid) for uid in ending],
                 hooks={uid: uid not in machine_gone for uid in ending},
+                deleted={uid for uid in ending if uid in running and uid not in wanted},
             )
         stopped = self.follow_stops()
         hosts_changed = any(pod.slurm is not None for pod in stopped)
@@ -379,7 +398,7 @@ class PodRunner:
         self.deleting.intersection_update(running)
         self.delete_terminated(
             [
-                manifest
+                PodObject.of(manifest)
                 for uid, manifest in running.items()
                 if uid not in self.pods
                 and uid not in self.ending
@@ -469,36 +488,34 @@ class PodRunner:
         if spec.slurm is not None:
             self.slinky.release_pods([(spec.uid, spec.slurm)])
 
-    def delete_terminated(self, manifests: list[dict[str, Any]]) -> None:
+    def delete_terminated(self, pods: list[PodObject]) -> None:
         """Delete pods whose programs have stopped, with no grace left, as a kubelet does
         once its containers have ended (only those pods: each uid is a precondition). Never
         waited for: the next look leaves alone the deletes still under way."""
-        for manifest in manifests:
-            uid = manifest["metadata"]["uid"]
-            if uid in self.deleting:
+        for pod in pods:
+            if pod.uid in self.deleting:
                 continue
-            self.deleting.add(uid)
-            self.deleter.submit(self.delete_one_terminated, manifest).add_done_callback(
-                lambda done, uid=uid: done.result() or self.deleting.discard(uid)
+            self.deleting.add(pod.uid)
+            self.deleter.submit(self.delete_one_terminated, pod).add_done_callback(
+                lambda done, uid=pod.uid: done.result() or self.deleting.discard(uid)
             )
 
-    def delete_one_terminated(self, manifest: dict[str, Any]) -> bool:
+    def delete_one_terminated(self, pod: PodObject) -> bool:
         """Delete one pod; False when the apiserver refused or did not answer (the next
         look tries again)."""
-        meta = manifest["metadata"]
         try:
             status, body = self.lab.request(
                 "DELETE",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": pod.uid}},
             )
         except LabError as err:  # the apiserver restarting
-            log(f"deleting {meta['namespace']}/{meta['name']} failed: {err}")
+            log(f"deleting {pod.namespace}/{pod.name} failed: {err}")
             return False
         if status not in (200, 404, 409):  # 404/409: gone already, or a new pod of that name
-            log(f"deleting {meta['namespace']}/{meta['name']} answered {status}: {body}")
+            log(f"deleting {pod.namespace}/{pod.name} answered {status}: {body}")
             return False
-        log(f"deleted {meta['namespace']}/{meta['name']}")
+        log(f"deleted {pod.namespace}/{pod.name}")
         return True
 
     def wait_for_change(self, resource_version: str, timeout_s: float = POLL_S) -> None:
@@ -609,18 +626,20 @@ class PodRunner:
             return
         log(f"{pod.name}: {'Ready' if pod.ready else 'not Ready'} ({pod.ready_url})")
 
-    def start_stopping(self, pods: list[RunningPod], *, hooks: dict[str, bool]) -> None:
+    def start_stopping(
+        self, pods: list[RunningPod], *, hooks: dict[str, bool], deleted: Collection[str] = ()
+    ) -> None:
         """Begin to stop pods, as their nodes' kubelets would: a pod whose Node is gone is
         killed (no hook, no grace); the others' preStop hooks start, each followed by
         SIGTERM to its program once it ends or has had STOP_GRACE_S. follow_stops takes
-        them on from there."""
+        them on from there, and deletes the objects of the `deleted` uids once stopped."""
         log(f"stopping {', '.join(pod.name for pod in pods)}")
         now = time.monotonic()
         for pod in pods:
             if pod.probe is not None:
                 pod.probe.close()
                 pod.probe = None
-            stopping = Stopping(pod, deadline=now + STOP_GRACE_S)
+            stopping = Stopping(pod, deadline=now + STOP_GRACE_S, delete_object=pod.uid in deleted)
             self.ending[pod.uid] = stopping
             process = pod.process
             if process is None or process.poll() is not None:
@@ -637,7 +656,8 @@ class PodRunner:
         """Take each stopping pod a step on (its hook ended or out of time: SIGTERM; its
         grace over: SIGKILL) and clean up after those whose programs have ended; those pods."""
         now = time.monotonic()
-        stopped = []
+        stopped: list[RunningPod] = []
+        gone: list[PodObject] = []
         for uid, stopping in list(self.ending.items()):
             pod, process = stopping.pod, stopping.pod.process
             if stopping.hook is not None:
@@ -661,10 +681,13 @@ class PodRunner:
                 path.unlink(missing_ok=True)  # the service account token goes with the pod
             del self.ending[uid]
             stopped.append(pod)
+            if stopping.delete_object:
+                gone.append(PodObject(*pod.name.split("/", 1), uid))
         # One release for the pods that ended in this look: a scan of the chroot's processes.
         released = [(pod.uid, pod.slurm) for pod in stopped if pod.slurm is not None]
         if released:
             self.slinky.release_pods(released)
+        self.delete_terminated(gone)
         return stopped
 
     @staticmethod
