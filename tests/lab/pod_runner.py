@@ -44,6 +44,8 @@ one log per pod in ``<run dir>/log/pods/`` and keeps nothing else.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import select
 import signal
 import socket
@@ -690,6 +692,39 @@ class PodRunner:
         self.delete_terminated(gone)
         return stopped
 
+    def follow_exits(self, timeout_s: float) -> None:
+        """For timeout_s, take each stopping pod on the moment its hook or program ends, as
+        a kubelet's pod workers do: a look at the apiserver's pods in between is not waited
+        for (a step a look was 0.1 s for one pod, 1.2 s for 32 stopped together)."""
+        deadline = time.monotonic() + timeout_s
+        while self.ending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.wait_for_exit(left)
+            self.follow_stops()
+
+    def wait_for_exit(self, timeout_s: float) -> None:
+        """Sleep until a running hook, or a program past its hook, ends: at most timeout_s."""
+        waited = [
+            process
+            for stopping in self.ending.values()
+            for process in [stopping.hook if stopping.hook is not None else stopping.pod.process]
+            if process is not None and process.returncode is None
+        ]
+        pidfds = []
+        try:
+            for process in waited:
+                with contextlib.suppress(OSError):  # reaped meanwhile: follow_stops sees it
+                    pidfds.append(os.pidfd_open(process.pid))
+            if pidfds:
+                select.select(pidfds, [], [], timeout_s)
+            else:
+                time.sleep(timeout_s)
+        finally:
+            for pidfd in pidfds:
+                os.close(pidfd)
+
     @staticmethod
     def end_hook(pod: RunningPod, hook: subprocess.Popen[str]) -> None:
         """A preStop hook that ended, or has had its STOP_GRACE_S: a kubelet stops the
@@ -715,20 +750,18 @@ class PodRunner:
                 self.follow_stops()  # stopping pods need no apiserver
                 time.sleep(SYNC_RETRY_S)
                 continue
-            # Until the next look is due: a stop's, a probe's, the volumes' refresh, or POLL_S.
-            until_refresh = max(PROBE_LOOK_S, self.next_refresh - time.monotonic())
+            # Until the next look is due: a stop's (its exits followed meanwhile), a probe's,
+            # the volumes' refresh, or POLL_S.
             if self.ending:
-                wait_s = STOP_LOOK_S
-            elif self.probing():
-                wait_s = PROBE_LOOK_S
-            else:
-                wait_s = min(POLL_S, until_refresh)
+                self.follow_exits(STOP_LOOK_S)
+                continue
+            until_refresh = max(PROBE_LOOK_S, self.next_refresh - time.monotonic())
+            wait_s = PROBE_LOOK_S if self.probing() else min(POLL_S, until_refresh)
             self.wait_for_change(resource_version, wait_s)
         self.start_stopping(list(self.pods.values()), hooks=dict.fromkeys(self.pods, True))
         self.pods.clear()
         while self.ending:
-            self.follow_stops()
-            time.sleep(STOP_LOOK_S)
+            self.follow_exits(STOP_LOOK_S)
         self.deleter.shutdown(wait=True)
         log("stopped")
 

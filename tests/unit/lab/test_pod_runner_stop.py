@@ -208,11 +208,8 @@ def test_a_deleted_pods_object_goes_in_the_look_its_program_stopped(tmp_path: Pa
     apiserver = Apiserver([manifest(pod, deleting=True)])
     runner = runner_for(apiserver, [pod])
     runner.sync()  # the only list: it shows the pod deleted
-    deadline = time.monotonic() + 30
-    while runner.ending:
-        assert time.monotonic() < deadline, "still stopping"
-        runner.follow_stops()
-        time.sleep(pod_runner.STOP_LOOK_S)
+    runner.follow_exits(30)  # its hook's end, then its program's, each followed at once
+    assert runner.ending == {}
     runner.deleter.shutdown(wait=True)
     assert pod.process is not None and pod.process.returncode == 0
     assert apiserver.writes == [
