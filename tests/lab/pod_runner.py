@@ -83,8 +83,9 @@ RUN_BY_VALUE = "pod-runner"
 REFRESH_S = 5.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STOP_GRACE_S = 10.0
-# Pods whose programs stopped are deleted side by side, by at most this many calls at once.
-DELETE_WORKERS = 16
+# What the runner writes beside its looks (pods' readiness, the objects of pods that stopped),
+# by at most this many calls at once.
+WRITE_WORKERS = 16
 TOKEN_LIFETIME_S = 24 * 3600
 # Host ports for the operator's health and metrics endpoints (its defaults are :8081/:8080).
 OPERATOR_HEALTH_ADDR = "127.0.0.1:16481"
@@ -213,10 +214,13 @@ class PodRunner:
         self.lab = lab
         self.pods: dict[str, RunningPod] = {}
         self.ending: dict[str, Stopping] = {}  # by uid: pods whose programs are stopping
-        # Pod objects deleted side by side, as the kubelets of their nodes would, while the
-        # runner goes on looking; its threads keep their connections to the apiserver.
-        self.deleter = ThreadPoolExecutor(max_workers=DELETE_WORKERS)
+        # Readiness reports and pod deletes are written side by side, as the kubelets of the
+        # pods' nodes would, while the runner goes on looking (32 readiness reports written
+        # one after the other held up the stop of pods deleted meanwhile by 0.5 s); its
+        # threads keep their connections to the apiserver.
+        self.writer = ThreadPoolExecutor(max_workers=WRITE_WORKERS)
         self.deleting: set[str] = set()  # uids deleted or being deleted, while listed
+        self.reporting: set[str] = set()  # uids whose readiness report is under way
         self.pod_dir = lab.run_dir / "pods"
         self.log_dir = lab.run_dir / "log" / "pods"
         self.stopping = False
@@ -498,7 +502,7 @@ class PodRunner:
             if pod.uid in self.deleting:
                 continue
             self.deleting.add(pod.uid)
-            self.deleter.submit(self.delete_one_terminated, pod).add_done_callback(
+            self.writer.submit(self.delete_one_terminated, pod).add_done_callback(
                 lambda done, uid=pod.uid: done.result() or self.deleting.discard(uid)
             )
 
@@ -595,13 +599,16 @@ class PodRunner:
             c["type"] == "Ready" and c["status"] == "True"
             for c in manifest["status"].get("conditions") or []
         )
-        if shown != pod.ready:
-            self.report_ready(pod, manifest)
+        if shown != pod.ready and pod.uid not in self.reporting:  # the next look sees it
+            self.reporting.add(pod.uid)
+            self.writer.submit(self.report_ready, pod, pod.ready, manifest).add_done_callback(
+                lambda _done, uid=pod.uid: self.reporting.discard(uid)
+            )
 
-    def report_ready(self, pod: RunningPod, manifest: dict[str, Any]) -> None:
+    def report_ready(self, pod: RunningPod, ready: bool, manifest: dict[str, Any]) -> None:
         """The pod's Ready and ContainersReady conditions and its containers' ready flags,
         as a kubelet writes them after a probe."""
-        value = "True" if pod.ready else "False"
+        value = "True" if ready else "False"
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         patch = {
             "status": {
@@ -611,22 +618,25 @@ class PodRunner:
                 ],
                 # A list without a merge key in PodStatus: the patch replaces it whole.
                 "containerStatuses": [
-                    {**c, "ready": pod.ready}
-                    for c in manifest["status"].get("containerStatuses") or []
+                    {**c, "ready": ready} for c in manifest["status"].get("containerStatuses") or []
                 ],
             }
         }
         namespace, name = pod.name.split("/", 1)
-        status, body = self.lab.request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            patch,
-            content_type="application/strategic-merge-patch+json",
-        )
-        if status != 200:
-            log(f"{pod.name}: marking it ready={pod.ready} answered {status}: {body}")
+        try:
+            status, body = self.lab.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                patch,
+                content_type="application/strategic-merge-patch+json",
+            )
+        except LabError as err:  # the apiserver restarting: the next look reports again
+            log(f"{pod.name}: marking it ready={ready} failed: {err}")
             return
-        log(f"{pod.name}: {'Ready' if pod.ready else 'not Ready'} ({pod.ready_url})")
+        if status != 200:
+            log(f"{pod.name}: marking it ready={ready} answered {status}: {body}")
+            return
+        log(f"{pod.name}: {'Ready' if ready else 'not Ready'} ({pod.ready_url})")
 
     def start_stopping(
         self, pods: list[RunningPod], *, hooks: dict[str, bool], deleted: Collection[str] = ()
@@ -762,7 +772,7 @@ class PodRunner:
         self.pods.clear()
         while self.ending:
             self.follow_exits(STOP_LOOK_S)
-        self.deleter.shutdown(wait=True)
+        self.writer.shutdown(wait=True)
         log("stopped")
 
     def on_signal(self, signum: int, _frame: object) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 import typing as t
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -82,12 +83,23 @@ def manifest(ready: bool) -> dict[str, t.Any]:
     }
 
 
-def runner_with(pod: pod_runner.RunningPod) -> tuple[pod_runner.PodRunner, Apiserver]:
+def runner_with(
+    pod: pod_runner.RunningPod, apiserver: Apiserver | None = None
+) -> tuple[pod_runner.PodRunner, Apiserver]:
     runner = pod_runner.PodRunner.__new__(pod_runner.PodRunner)
-    apiserver = Apiserver()
+    apiserver = apiserver or Apiserver()
     runner.lab = apiserver
     runner.pods = {pod.uid: pod}
+    runner.writer = ThreadPoolExecutor(max_workers=pod_runner.WRITE_WORKERS)
+    runner.reporting = set()
     return runner, apiserver
+
+
+def look(runner: pod_runner.PodRunner, pod: pod_runner.RunningPod, *, shown: bool) -> None:
+    """One look at the pod, its status showing Ready or not; what it writes is written."""
+    runner.keep_readiness(pod, manifest(ready=shown), probe_until_answered(pod.ready_url or ""))
+    runner.writer.shutdown(wait=True)
+    runner.writer = ThreadPoolExecutor(max_workers=pod_runner.WRITE_WORKERS)
 
 
 def slurmd_pod(url: str, *, alive: bool = True) -> pod_runner.RunningPod:
@@ -102,7 +114,7 @@ def slurmd_pod(url: str, *, alive: bool = True) -> pod_runner.RunningPod:
 def test_a_slurmd_that_does_not_answer_ready_leaves_its_pod_not_ready(slurmd: str) -> None:
     pod = slurmd_pod(slurmd)
     runner, apiserver = runner_with(pod)
-    runner.keep_readiness(pod, manifest(ready=False), probe_until_answered(pod.ready_url or ""))
+    look(runner, pod, shown=False)
     assert apiserver.patches == []
     assert not pod.ready
 
@@ -112,7 +124,7 @@ def marked_ready(url: str) -> tuple[pod_runner.PodRunner, pod_runner.RunningPod,
     pod = slurmd_pod(url)
     runner, apiserver = runner_with(pod)
     Slurmd.ready = True
-    runner.keep_readiness(pod, manifest(ready=False), probe_until_answered(pod.ready_url or ""))
+    look(runner, pod, shown=False)
     return runner, pod, apiserver
 
 
@@ -137,21 +149,46 @@ def test_ready_is_written_again_when_another_writer_put_an_older_status_back(
     slurmd: str,
 ) -> None:
     runner, pod, apiserver = marked_ready(slurmd)
-    runner.keep_readiness(
-        pod, manifest(ready=True), probe_until_answered(pod.ready_url or "")
-    )  # the status as written: nothing to do
+    look(runner, pod, shown=True)  # the status as written: nothing to do
     assert len(apiserver.patches) == 1
-    runner.keep_readiness(
-        pod, manifest(ready=False), probe_until_answered(pod.ready_url or "")
-    )  # undone by an older copy
+    look(runner, pod, shown=False)  # undone by an older copy
     assert len(apiserver.patches) == 2
+
+
+class SlowApiserver(Apiserver):
+    """An apiserver that answers a write only once `answer` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+
+    def request(self, method: str, path: str, body: t.Any = None, **kwargs: t.Any) -> t.Any:
+        assert self.answer.wait(30), "the test never let the apiserver answer"
+        return super().request(method, path, body, **kwargs)
+
+
+def test_looks_go_on_while_a_report_is_written_and_send_it_once(slurmd: str) -> None:
+    """A report is written beside the looks (32 written one after the other held up the stop
+    of pods deleted meanwhile by 0.5 s); looks that still see the old status meanwhile do
+    not write it again."""
+    pod = slurmd_pod(slurmd)
+    apiserver = SlowApiserver()
+    runner, _ = runner_with(pod, apiserver)
+    Slurmd.ready = True
+    for _ in range(3):  # not waited for: the apiserver has not answered yet
+        runner.keep_readiness(pod, manifest(ready=False), probe_until_answered(slurmd))
+    assert pod.ready and runner.reporting == {pod.uid}
+    apiserver.answer.set()
+    runner.writer.shutdown(wait=True)
+    assert len(apiserver.patches) == 1
+    assert runner.reporting == set()
 
 
 def test_a_slurmd_that_exited_makes_its_pod_not_ready(slurmd: str) -> None:
     pod = slurmd_pod(slurmd, alive=False)
     pod.ready = True
     runner, apiserver = runner_with(pod)
-    runner.keep_readiness(pod, manifest(ready=True), probe_until_answered(pod.ready_url or ""))
+    look(runner, pod, shown=True)
     [(_path, patch, _type)] = apiserver.patches
     assert {c["status"] for c in patch["status"]["conditions"]} == {"False"}
     assert not pod.ready

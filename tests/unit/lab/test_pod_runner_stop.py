@@ -117,7 +117,8 @@ def runner_for(apiserver: Apiserver, pods: list[pod_runner.RunningPod]) -> pod_r
     runner.slinky = t.cast(t.Any, Slinky())
     runner.next_refresh = float("inf")
     runner.ending = {}
-    runner.deleter = ThreadPoolExecutor(max_workers=pod_runner.DELETE_WORKERS)
+    runner.writer = ThreadPoolExecutor(max_workers=pod_runner.WRITE_WORKERS)
+    runner.reporting = set()
     runner.deleting = set()
     return runner
 
@@ -134,7 +135,7 @@ def sync_until_stopped(runner: pod_runner.PodRunner) -> int:
             break
         assert time.monotonic() < deadline, f"still stopping: {sorted(runner.ending)}"
         time.sleep(pod_runner.STOP_LOOK_S)
-    runner.deleter.shutdown(wait=True)
+    runner.writer.shutdown(wait=True)
     return looks
 
 
@@ -210,7 +211,7 @@ def test_a_deleted_pods_object_goes_in_the_look_its_program_stopped(tmp_path: Pa
     runner.sync()  # the only list: it shows the pod deleted
     runner.follow_exits(30)  # its hook's end, then its program's, each followed at once
     assert runner.ending == {}
-    runner.deleter.shutdown(wait=True)
+    runner.writer.shutdown(wait=True)
     assert pod.process is not None and pod.process.returncode == 0
     assert apiserver.writes == [
         (
@@ -232,7 +233,7 @@ def test_pods_stopped_with_the_runner_keep_their_objects(tmp_path: Path) -> None
         assert time.monotonic() < deadline, "still stopping"
         runner.follow_stops()
         time.sleep(pod_runner.STOP_LOOK_S)
-    runner.deleter.shutdown(wait=True)
+    runner.writer.shutdown(wait=True)
     assert pod.process is not None and pod.process.returncode == 0
     assert apiserver.writes == []
 
