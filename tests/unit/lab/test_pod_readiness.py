@@ -173,9 +173,9 @@ def test_looks_go_on_while_a_report_is_written_and_send_it_once(slurmd: str) -> 
     not write it again."""
     pod = slurmd_pod(slurmd)
     apiserver = SlowApiserver()
-    runner, _ = runner_with(pod, apiserver)
+    runner = runner_with(pod, apiserver)[0]
     Slurmd.ready = True
-    for _ in range(3):  # not waited for: the apiserver has not answered yet
+    for _look in range(3):  # not waited for: the apiserver has not answered yet
         runner.keep_readiness(pod, manifest(ready=False), probe_until_answered(slurmd))
     assert pod.ready and runner.reporting == {pod.uid}
     apiserver.answer.set()

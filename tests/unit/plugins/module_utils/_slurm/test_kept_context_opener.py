@@ -56,7 +56,7 @@ def test_requests_share_one_context_per_validation_setting(
 
     monkeypatch.setattr(rest, "make_context", counting)
     opener = KeptContextOpener()
-    for _ in range(3):
+    for _request in range(3):
         response = opener(f"{server}/ping", method="GET", headers={"X-SLURM-USER-NAME": "u"})
         assert json.loads(response.read()) == {"path": "/ping", "user": "u"}
     opener(f"{server}/ping", method="GET", validate_certs=False, headers={})
