@@ -735,6 +735,19 @@ def test_a_deleted_lent_node_leaves_an_orphan_that_is_cleaned_and_its_job_escala
         slurm_node = pool.slurm_node("int01")
         assert slurm_node is not None and "DRAIN" in slurm_node["state"]
         time.sleep(5)  # the partition's grace, from the drain
+    else:
+        # Requeued by DOWN, the job may hold the record COMPLETING a while on a loaded
+        # machine (a cold run: the clean-up rightly answered `draining`): it is removed
+        # once slurmctld lets go of it.
+        wait_until(
+            lambda: (
+                not {"ALLOCATED", "MIXED", "COMPLETING"}
+                & set((pool.slurm_node("int01") or {"state": []})["state"])
+            ),
+            120,
+            f"slurmctld to let go of int01 after requeueing job {job_id}",
+            lambda: ((pool.slurm_node("int01") or {}).get("state"), pool.job(job_id)["job_state"]),
+        )
     run = pool.playbook("rebalance", handover_policy=policy, handover_summary_path=str(summary))
     assert not run.failed, run.failures()
     assert summary_of(summary)["nodes"]["int01"] == "removed"
